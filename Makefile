@@ -1,0 +1,56 @@
+# The two commands a newcomer needs:  make lab   and   make test
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install lab test unit notebooks browser execute benchmark models lock clean
+
+install: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+## Command 1: install everything and open the series in JupyterLab.
+lab: install
+	$(VENV)/bin/jupyter lab notebooks/00_start_here.ipynb
+
+## Command 2: install everything and run the whole test suite
+## (unit tests, every notebook through nbval, the browser tests).
+test: install
+	$(PY) -m pytest
+
+## Pieces of the suite, for working on one part.
+unit: install
+	$(PY) -m pytest tests --ignore=tests/browser
+
+notebooks: install
+	$(PY) -m pytest notebooks
+
+browser: install
+	$(PY) -m pytest tests/browser
+
+## Re-execute every notebook in place, in order, one at a time (stored outputs = what execution produced).
+execute: install
+	for nb in notebooks/[0-9]*.ipynb; do \
+		echo "== $$nb"; /usr/bin/time -f "   %e s" $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
+			--ExecutePreprocessor.timeout=600 "$$nb" || exit 1; \
+	done
+
+benchmark: install
+	$(PY) benchmarks/attention_benchmark.py
+
+## Retrain the small models that notebook 08 loads from data/.
+models: install
+	$(PY) -m attnlib.pretrained_small --out data
+
+lock:
+	rm -rf /tmp/attn-lock-venv && python3 -m venv /tmp/attn-lock-venv
+	/tmp/attn-lock-venv/bin/pip install --quiet -r requirements.in
+	{ sed -n "1,4p" requirements.txt; /tmp/attn-lock-venv/bin/pip freeze | sed "s/+cpu$$//"; } > requirements.lock.tmp && mv requirements.lock.tmp requirements.txt
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
