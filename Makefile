@@ -2,6 +2,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Jupyter refuses to start as root unless told; only add the flag when we really are root (containers, CI).
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: install lab test unit notebooks browser execute benchmark models lock clean
 
@@ -16,7 +18,7 @@ $(STAMP): requirements.txt pyproject.toml
 
 ## Command 1: install everything and open the series in JupyterLab.
 lab: install
-	$(VENV)/bin/jupyter lab notebooks/00_start_here.ipynb
+	$(VENV)/bin/jupyter lab $(ROOT_FLAG) notebooks/00_start_here.ipynb
 
 ## Command 2: install everything and run the whole test suite
 ## (unit tests, every notebook through nbval, the browser tests).
@@ -43,9 +45,11 @@ execute: install
 benchmark: install
 	$(PY) benchmarks/attention_benchmark.py
 
-## Retrain the small models that notebook 08 loads from data/.
+## Retrain the small models that notebook 08 loads from data/ (notebooks 02 and 07 save them when they run).
 models: install
-	$(PY) -m attnlib.pretrained_small --out data
+	for nb in notebooks/02_bahdanau_attention.ipynb notebooks/07_transformer_block.ipynb; do \
+		$(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 "$$nb" || exit 1; \
+	done
 
 lock:
 	rm -rf /tmp/attn-lock-venv && python3 -m venv /tmp/attn-lock-venv

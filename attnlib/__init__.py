@@ -7,7 +7,9 @@ from .attention import causal_mask, padding_mask, scaled_dot_product_attention
 from .multihead import MultiHeadAttention
 from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, sinusoidal_encoding
 from .training import get_device, seed_everything
+from .tagger import TaggerConfig, TransformerTagger
 from .transformer import FeedForward, TransformerBlock, TransformerEncoder
 # --- helpers add their modules' exports below this line (one import line per module) ---
+from .plotting import plot_curves, plot_heads, plot_heatmap
 
 __version__ = "0.1.0"

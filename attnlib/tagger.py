@@ -1,0 +1,84 @@
+"""A complete small encoder-only model: token embedding + positions + a stack of TransformerBlocks + a
+per-position output layer. It maps a sequence of tokens to one prediction per position, which is all the
+toy tasks of notebooks 05-08 need (sorting, reversal), and it saves/loads itself for the explorer."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ._checks import check_tensor, shape_of
+from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from .transformer import TransformerEncoder
+
+_POSITIONS = ("sinusoidal", "learned", "none")
+
+
+@dataclass
+class TaggerConfig:
+    vocab_size: int
+    num_outputs: int
+    d_model: int = 64
+    num_heads: int = 4
+    num_layers: int = 2
+    d_ff: int = 128
+    max_len: int = 64
+    dropout: float = 0.0
+    activation: str = "relu"
+    norm_first: bool = False
+    positions: str = "sinusoidal"
+
+
+class TransformerTagger(nn.Module):
+    """tokens (B, L) -> logits (B, L, num_outputs), one prediction per position.
+
+    ``positions`` is "sinusoidal", "learned" or "none" (a model without positions is
+    permutation-equivariant). ``forward(tokens, mask=None, return_attention=False)``;
+    the mask is bool, True = may attend, broadcasting to (B, heads, L, L). With
+    ``return_attention=True`` it returns ``(logits, [weights per layer, each (B, heads, L, L)])``.
+    """
+
+    def __init__(self, config: TaggerConfig):
+        super().__init__()
+        if config.positions not in _POSITIONS:
+            raise ValueError(f"positions must be one of {_POSITIONS}, got {config.positions!r}")
+        self.config = config
+        c = config
+        self.embed = nn.Embedding(c.vocab_size, c.d_model)
+        if c.positions == "sinusoidal":
+            self.pos = SinusoidalPositionalEncoding(c.d_model, c.max_len)
+        elif c.positions == "learned":
+            self.pos = LearnedPositionalEmbedding(c.max_len, c.d_model)
+        else:
+            self.pos = nn.Identity()
+        self.encoder = TransformerEncoder(c.num_layers, c.d_model, c.num_heads, c.d_ff, c.dropout,
+                                          c.activation, c.norm_first)
+        self.head = nn.Linear(c.d_model, c.num_outputs)
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor | None = None, return_attention: bool = False):
+        check_tensor("tokens", tokens, ndim=2)
+        if tokens.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"tokens must be integer ids of shape (B, L), got dtype {tokens.dtype}")
+        if tokens.shape[1] > self.config.max_len:
+            raise ValueError(f"tokens has shape {shape_of(tokens)} but max_len is {self.config.max_len}")
+        x = self.embed(tokens) * math.sqrt(self.config.d_model)  # (B, L, d_model)
+        x = self.pos(x)
+        if return_attention:
+            x, maps = self.encoder(x, mask, return_attention=True)
+            return self.head(x), maps  # (B, L, num_outputs)
+        return self.head(self.encoder(x, mask))  # (B, L, num_outputs)
+
+    def save(self, path: str | Path, **extra) -> None:
+        """Save config, weights and any extra JSON-able metadata (vocab, measured accuracy) to one file."""
+        torch.save({"config": asdict(self.config), "state_dict": self.state_dict(), "extra": extra}, path)
+
+    @classmethod
+    def load(cls, path: str | Path, map_location: str | torch.device = "cpu") -> tuple["TransformerTagger", dict]:
+        """Load a model saved with :meth:`save`; returns ``(model in eval mode, extra)``."""
+        blob = torch.load(path, map_location=map_location, weights_only=True)
+        model = cls(TaggerConfig(**blob["config"]))
+        model.load_state_dict(blob["state_dict"])
+        return model.eval(), blob.get("extra", {})
