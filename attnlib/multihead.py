@@ -9,6 +9,26 @@ from ._checks import check_bool_mask, check_tensor, shape_of
 from .attention import scaled_dot_product_attention
 
 
+def fused_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, dropout_p: float = 0.0
+) -> torch.Tensor:
+    """The output of ``scaled_dot_product_attention`` (no weights) from PyTorch's fused kernel.
+
+    Same shapes and mask convention (bool, True = may attend); the ``(Lq, Lk)`` weight
+    matrix is never stored, so memory stays O(L) instead of O(L^2). Used by
+    ``MultiHeadAttention(..., need_weights=False)``; inputs are not re-checked here.
+    """
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+    row_has_key = mask.any(dim=-1, keepdim=True)
+    if row_has_key.all():  # the usual case (causal, padding): every query has a key
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    # Some PyTorch versions return NaN for a query with no allowed key; let such rows
+    # see every key, then zero them, to match the teaching version.
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~row_has_key, dropout_p=dropout_p)
+    return out.masked_fill(~row_has_key, 0.0)
+
+
 class MultiHeadAttention(nn.Module):
     """Batch-first multi-head attention with separate ``w_q, w_k, w_v, w_o`` projections.
 
@@ -91,15 +111,7 @@ class MultiHeadAttention(nn.Module):
         if need_weights:
             heads, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
         else:
-            weights = None
-            if mask is None:
-                heads = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
-            else:
-                # The fused kernel returns NaN for a query with no allowed key; let such
-                # rows see every key, then zero them, to match the teaching version.
-                row_has_key = mask.any(dim=-1, keepdim=True)
-                heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~row_has_key, dropout_p=p)
-                heads = heads.masked_fill(~row_has_key, 0.0)
+            heads, weights = fused_attention(q, k, v, mask, dropout_p=p), None
         return self.w_o(self.merge_heads(heads)), weights  # (B, Lq, d_model)
 
     @torch.no_grad()
@@ -112,11 +124,16 @@ class MultiHeadAttention(nn.Module):
             )
         if mha.in_proj_weight is None:
             raise ValueError("nn.MultiheadAttention with separate kdim/vdim is not supported")
+        if mha.bias_k is not None or mha.add_zero_attn:
+            raise ValueError("nn.MultiheadAttention with add_bias_kv or add_zero_attn is not supported")
+        theirs, ours = mha.in_proj_bias is not None, self.w_q.bias is not None
+        if theirs != ours:  # copying would succeed but the outputs would differ
+            raise ValueError(f"nn.MultiheadAttention has bias={theirs} but this module has bias={ours}")
         wq, wk, wv = mha.in_proj_weight.chunk(3)
         for lin, w in ((self.w_q, wq), (self.w_k, wk), (self.w_v, wv)):
             lin.weight.copy_(w)
         self.w_o.weight.copy_(mha.out_proj.weight)
-        if mha.in_proj_bias is not None and self.w_q.bias is not None:
+        if ours:
             bq, bk, bv = mha.in_proj_bias.chunk(3)
             for lin, b in ((self.w_q, bq), (self.w_k, bk), (self.w_v, bv)):
                 lin.bias.copy_(b)

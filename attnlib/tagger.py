@@ -48,6 +48,9 @@ class TransformerTagger(nn.Module):
         self.config = config
         c = config
         self.embed = nn.Embedding(c.vocab_size, c.d_model)
+        # std 1/√d, so that after the √d scale in forward each entry has std 1, like the ±1 sinusoids;
+        # nn.Embedding's default std 1 would drown the positions (8x larger at d=64) and block positional tasks.
+        nn.init.normal_(self.embed.weight, std=c.d_model ** -0.5)
         if c.positions == "sinusoidal":
             self.pos = SinusoidalPositionalEncoding(c.d_model, c.max_len)
         elif c.positions == "learned":

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .multihead import MultiHeadAttention
@@ -74,7 +75,16 @@ class TransformerBlock(nn.Module):
 
     @torch.no_grad()
     def copy_from_torch(self, layer: nn.TransformerEncoderLayer) -> "TransformerBlock":
-        """Copy the weights of a batch-first ``nn.TransformerEncoderLayer`` of the same size."""
+        """Copy the weights of a batch-first ``nn.TransformerEncoderLayer`` of the same size and kind."""
+        theirs_act = {F.relu: "relu", F.gelu: "gelu"}.get(layer.activation, type(layer.activation).__name__.lower())
+        mine_act = type(self.ff.activation).__name__.lower()
+        for what, theirs, mine in (("norm_first", layer.norm_first, self.norm_first),
+                                   ("layer_norm_eps", layer.norm1.eps, self.norm1.eps),
+                                   ("bias", layer.linear1.bias is not None, True)):
+            if theirs != mine:  # copying would succeed but the outputs would differ
+                raise ValueError(f"nn.TransformerEncoderLayer has {what}={theirs} but this block has {what}={mine}")
+        if theirs_act != mine_act:
+            raise ValueError(f"nn.TransformerEncoderLayer has activation {theirs_act!r} but this block has {mine_act!r}")
         self.attn.copy_from_torch(layer.self_attn)
         for mine, theirs in ((self.ff.linear1, layer.linear1), (self.ff.linear2, layer.linear2),
                              (self.norm1, layer.norm1), (self.norm2, layer.norm2)):

@@ -1,0 +1,250 @@
+"""Tests of attnlib/multihead.py against torch.nn.MultiheadAttention (batch_first=True).
+
+Mask polarity: attnlib's bool masks say True = may attend; nn.MultiheadAttention's bool
+masks say True = blocked. So every comparison passes ``~mask`` to PyTorch.
+"""
+import hypothesis.strategies as st
+import pytest
+import torch
+from hypothesis import given, settings
+from torch import nn
+
+from attnlib import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from attnlib.multihead import fused_attention
+
+ATOL = 1e-5
+
+
+def rand(*shape, seed=0, dtype=torch.float32):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def pair(d_model, num_heads, seed=0, bias=True):
+    """An nn.MultiheadAttention and our module holding the same weights, both in eval mode."""
+    torch.manual_seed(seed)
+    theirs = nn.MultiheadAttention(d_model, num_heads, batch_first=True, bias=bias).eval()
+    with torch.no_grad():  # PyTorch initialises the biases to 0; make them matter
+        for p in theirs.parameters():
+            if p.dim() == 1:
+                p.normal_()
+    ours = MultiHeadAttention(d_model, num_heads, bias=bias).copy_from_torch(theirs).eval()
+    return ours, theirs
+
+
+def torch_mha(theirs, q, k, v, mask=None):
+    """Run nn.MultiheadAttention with our (B, h, Lq, Lk) True=attend mask; per-head weights."""
+    attn_mask = None
+    if mask is not None:
+        B, Lq, Lk, h = q.shape[0], q.shape[1], k.shape[1], theirs.num_heads
+        attn_mask = ~mask.expand(B, h, Lq, Lk).reshape(B * h, Lq, Lk)  # opposite polarity!
+    return theirs(q, k, v, attn_mask=attn_mask, need_weights=True, average_attn_weights=False)
+
+
+# ---------------------------------------------------------------- equals PyTorch
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_same_output_and_per_head_weights_as_torch(bias):
+    ours, theirs = pair(32, 4, bias=bias)
+    q, kv = rand(3, 5, 32, seed=1), rand(3, 7, 32, seed=2)
+    out, weights = ours(q, kv, kv)
+    expected, expected_w = torch_mha(theirs, q, kv, kv)
+    assert out.shape == (3, 5, 32) and weights.shape == (3, 4, 5, 7)
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
+    torch.testing.assert_close(weights, expected_w, atol=ATOL, rtol=0)
+    # nn's default, head-averaged weights, are the mean over our heads
+    _, averaged = theirs(q, kv, kv)
+    torch.testing.assert_close(weights.mean(1), averaged, atol=ATOL, rtol=0)
+
+
+def test_same_as_torch_with_causal_mask_and_polarity_matters():
+    ours, theirs = pair(16, 2, seed=1)
+    x = rand(2, 6, 16, seed=3)
+    out, weights = ours(x, x, x, mask=causal_mask(6))
+    expected, expected_w = theirs(x, x, x, attn_mask=~causal_mask(6), average_attn_weights=False)
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
+    torch.testing.assert_close(weights, expected_w, atol=ATOL, rtol=0)
+    assert (weights.triu(1) == 0).all()
+    # the classic mistake: our mask passed to PyTorch unchanged makes query 0 see only the future
+    wrong, wrong_w = theirs(x, x, x, attn_mask=causal_mask(6), average_attn_weights=False)
+    assert (wrong_w[:, :, 0, 0] == 0).all() and (wrong_w[:, :, 0, 1:] > 0).all()
+    assert not torch.allclose(wrong[:, 0], expected[:, 0], atol=1e-3)
+
+
+def test_same_as_torch_with_padding_and_per_head_masks():
+    ours, theirs = pair(24, 3, seed=2)
+    q, kv = rand(2, 4, 24, seed=4), rand(2, 6, 24, seed=5)
+    keep = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], dtype=torch.bool)  # (B, Lk) padding
+    out, weights = ours(q, kv, kv, mask=keep[:, None, None, :])
+    expected, expected_w = theirs(q, kv, kv, key_padding_mask=~keep, average_attn_weights=False)
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
+    torch.testing.assert_close(weights, expected_w, atol=ATOL, rtol=0)
+
+    per_head = torch.rand(2, 3, 4, 6, generator=torch.Generator().manual_seed(6)) > 0.5
+    per_head[..., 0] = True
+    out, weights = ours(q, kv, kv, mask=per_head)
+    expected, expected_w = torch_mha(theirs, q, kv, kv, per_head)
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
+    torch.testing.assert_close(weights, expected_w, atol=ATOL, rtol=0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(1, 3), st.integers(1, 6), st.integers(1, 6), st.sampled_from([1, 2, 4]),
+    st.integers(1, 4), st.booleans(), st.integers(0, 2**16),
+)
+def test_hypothesis_equals_torch(B, Lq, Lk, heads, d_k, use_mask, seed):
+    ours, theirs = pair(heads * d_k, heads, seed=seed % 100)
+    q, kv = rand(B, Lq, heads * d_k, seed=seed), rand(B, Lk, heads * d_k, seed=seed + 1)
+    mask = None
+    if use_mask:
+        mask = torch.rand(B, heads, Lq, Lk, generator=torch.Generator().manual_seed(seed)) > 0.5
+        mask[..., seed % Lk] = True  # nn.MultiheadAttention is NaN on rows without keys
+    out, weights = ours(q, kv, kv, mask=mask)
+    expected, expected_w = torch_mha(theirs, q, kv, kv, mask)
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
+    torch.testing.assert_close(weights, expected_w, atol=ATOL, rtol=0)
+    fast, none = ours(q, kv, kv, mask=mask, need_weights=False)
+    assert none is None
+    torch.testing.assert_close(fast, out, atol=ATOL, rtol=0)
+
+
+# ---------------------------------------------------------------- the fast path
+
+@pytest.mark.parametrize("mask_kind", ["none", "causal", "padding", "fully_masked_rows"])
+def test_need_weights_false_equals_need_weights_true(mask_kind):
+    ours, _ = pair(32, 4, seed=3)
+    x = rand(2, 5, 32, seed=7)
+    mask = {
+        "none": None,
+        "causal": causal_mask(5),
+        "padding": torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)[:, None, None, :],
+        "fully_masked_rows": torch.rand(2, 4, 5, 5, generator=torch.Generator().manual_seed(8)) > 0.5,
+    }[mask_kind]
+    if mask_kind == "fully_masked_rows":
+        mask[0, 1, 2] = False  # batch 0, head 1, query 2 sees nothing
+        mask[1, :, 4] = False  # batch 1, query 4 sees nothing in any head
+    out, weights = ours(x, x, x, mask=mask)
+    fast, none = ours(x, x, x, mask=mask, need_weights=False)
+    assert none is None
+    assert torch.isfinite(fast).all()
+    torch.testing.assert_close(fast, out, atol=ATOL, rtol=0)
+    if mask_kind == "fully_masked_rows":
+        # a query that sees nothing in any head outputs only the output projection's bias
+        torch.testing.assert_close(out[1, 4], ours.w_o.bias.detach(), atol=ATOL, rtol=0)
+        assert (weights[0, 1, 2] == 0).all()
+
+
+def test_fast_path_gradients_equal_slow_path():
+    ours, _ = pair(16, 2, seed=4)
+    x1 = rand(2, 4, 16, seed=9).requires_grad_()
+    x2 = x1.detach().clone().requires_grad_()
+    ours(x1, x1, x1, mask=causal_mask(4))[0].square().sum().backward()
+    ours(x2, x2, x2, mask=causal_mask(4), need_weights=False)[0].square().sum().backward()
+    torch.testing.assert_close(x1.grad, x2.grad, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("mask_shape", [None, (5, 6), (2, 1, 1, 6), (2, 3, 5, 6)])
+def test_fused_attention_equals_the_teaching_version(mask_shape):
+    q, k, v = rand(2, 3, 5, 8, seed=1), rand(2, 3, 6, 8, seed=2), rand(2, 3, 6, 4, seed=3)
+    mask = None
+    if mask_shape is not None:
+        mask = torch.rand(*mask_shape, generator=torch.Generator().manual_seed(4)) > 0.5
+        mask[..., 0, :] = False  # the first query sees nothing
+    expected, _ = scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(fused_attention(q, k, v, mask), expected, atol=ATOL, rtol=0)
+
+
+# ---------------------------------------------------------------- structure
+
+def test_split_and_merge_heads():
+    mha = MultiHeadAttention(12, 3)
+    x = torch.arange(2 * 5 * 12, dtype=torch.float32).view(2, 5, 12)
+    heads = mha.split_heads(x)
+    assert heads.shape == (2, 3, 5, 4)
+    assert torch.equal(heads[1, 2, 3], x[1, 3, 8:12])  # head i owns features i*d_k .. (i+1)*d_k
+    assert torch.equal(mha.merge_heads(heads), x)
+
+
+def test_parameter_count_and_repr():
+    mha = MultiHeadAttention(64, 8)
+    assert sum(p.numel() for p in mha.parameters()) == 4 * 64 * 64 + 4 * 64
+    assert sum(p.numel() for p in MultiHeadAttention(64, 8, bias=False).parameters()) == 4 * 64 * 64
+    assert sum(p.numel() for p in mha.parameters()) == sum(
+        p.numel() for p in nn.MultiheadAttention(64, 8, batch_first=True).parameters()
+    )
+    assert "d_model=64, num_heads=8, d_k=8" in repr(mha)
+
+
+def test_self_attention_is_permutation_equivariant():
+    ours, _ = pair(16, 4, seed=5)
+    x = rand(2, 7, 16, seed=10)
+    perm = torch.randperm(7, generator=torch.Generator().manual_seed(1))
+    out, _ = ours(x, x, x)
+    out_p, _ = ours(x[:, perm], x[:, perm], x[:, perm])
+    torch.testing.assert_close(out_p, out[:, perm], atol=ATOL, rtol=0)
+
+
+def test_gradcheck_float64():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(4, 2).double()
+    q, kv = rand(1, 3, 4, seed=1, dtype=torch.float64), rand(1, 2, 4, seed=2, dtype=torch.float64)
+    q.requires_grad_(), kv.requires_grad_()
+    mask = torch.tensor([[True, False], [True, True], [False, False]])
+    assert torch.autograd.gradcheck(lambda q, kv: mha(q, kv, kv, mask=mask)[0], (q, kv))
+    assert torch.autograd.gradcheck(lambda q, kv: mha(q, kv, kv, mask=mask, need_weights=False)[0], (q, kv))
+
+
+def test_dropout_only_in_training():
+    mha = MultiHeadAttention(16, 2, dropout=0.5)
+    x = rand(2, 5, 16, seed=11)
+    mha.eval()
+    torch.testing.assert_close(mha(x, x, x)[0], mha(x, x, x)[0])
+    mha.train()
+    torch.manual_seed(0)
+    assert not torch.allclose(mha(x, x, x)[0], mha.eval()(x, x, x)[0])
+
+
+# ---------------------------------------------------------------- errors
+
+@pytest.mark.parametrize("d_model, heads", [(10, 3), (64, 5), (8, 0)])
+def test_d_model_not_divisible(d_model, heads):
+    with pytest.raises(ValueError, match=f"d_model must be divisible by num_heads, got d_model={d_model} and num_heads={heads}"):
+        MultiHeadAttention(d_model, heads)
+
+
+def test_shape_errors_name_the_shapes():
+    mha = MultiHeadAttention(8, 2)
+    x = torch.zeros(2, 5, 8)
+    with pytest.raises(ValueError, match=r"query must be 3-D, but it has shape \(5, 8\) \(2-D\)"):
+        mha(torch.zeros(5, 8), x, x)
+    with pytest.raises(ValueError, match=r"key has shape \(2, 5, 6\) but its last dimension must be d_model=8"):
+        mha(x, torch.zeros(2, 5, 6), x)
+    with pytest.raises(ValueError, match=r"key has shape \(2, 5, 8\) but value has shape \(2, 4, 8\)"):
+        mha(x, x, torch.zeros(2, 4, 8))
+    with pytest.raises(ValueError, match=r"query has shape \(3, 5, 8\) but key has shape \(2, 5, 8\); the batch sizes must match"):
+        mha(torch.zeros(3, 5, 8), x, x)
+    with pytest.raises(ValueError, match=r"mask has shape \(2, 5\) but it must broadcast to \(B, h, Lq, Lk\) = \(2, 2, 5, 5\)"):
+        mha(x, x, x, mask=torch.ones(2, 5, dtype=torch.bool))  # a padding mask needs [:, None, None, :]
+    with pytest.raises(ValueError, match="mask must have dtype torch.bool"):
+        mha(x, x, x, mask=torch.ones(5, 5, dtype=torch.int64))
+
+
+def test_copy_from_torch_errors():
+    with pytest.raises(ValueError, match="embed_dim=16, num_heads=4; expected d_model=8, num_heads=2"):
+        MultiHeadAttention(8, 2).copy_from_torch(nn.MultiheadAttention(16, 4, batch_first=True))
+    with pytest.raises(ValueError, match="separate kdim/vdim"):
+        MultiHeadAttention(8, 2).copy_from_torch(nn.MultiheadAttention(8, 2, kdim=4, vdim=4, batch_first=True))
+
+
+@pytest.mark.parametrize("ours_bias, theirs_bias", [(True, False), (False, True)])
+def test_copy_from_torch_refuses_a_bias_mismatch(ours_bias, theirs_bias):
+    """Copying would otherwise succeed silently and give a different output."""
+    with pytest.raises(ValueError, match=f"bias={theirs_bias} but this module has bias={ours_bias}"):
+        MultiHeadAttention(8, 2, bias=ours_bias).copy_from_torch(nn.MultiheadAttention(8, 2, bias=theirs_bias, batch_first=True))
+
+
+def test_copy_from_torch_refuses_extra_key_value_biases():
+    with pytest.raises(ValueError, match="add_bias_kv"):
+        MultiHeadAttention(8, 2).copy_from_torch(nn.MultiheadAttention(8, 2, add_bias_kv=True, batch_first=True))
+    with pytest.raises(ValueError, match="add_zero_attn"):
+        MultiHeadAttention(8, 2).copy_from_torch(nn.MultiheadAttention(8, 2, add_zero_attn=True, batch_first=True))

@@ -1,0 +1,135 @@
+"""Tests of attnlib/transformer.py against nn.TransformerEncoderLayer / nn.TransformerEncoder
+(batch_first=True, eval mode). PyTorch's bool masks say True = blocked, ours True = may attend."""
+import pytest
+import torch
+from torch import nn
+
+from attnlib import FeedForward, TransformerBlock, TransformerEncoder, causal_mask
+
+ATOL = 1e-5
+D, H, FF = 32, 4, 64
+
+
+def randomise(module, seed):
+    """Give every parameter (LayerNorm and biases too) random values, so that copying each one matters."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    return module
+
+
+def torch_layer(norm_first, activation, seed=0):
+    layer = nn.TransformerEncoderLayer(D, H, FF, dropout=0.1, activation=activation, batch_first=True, norm_first=norm_first)
+    return randomise(layer, seed).eval()
+
+
+def x_input(B=3, L=6, seed=1):
+    return torch.randn(B, L, D, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("causal", [False, True], ids=["no-mask", "causal"])
+def test_block_equals_torch_layer(norm_first, activation, causal):
+    theirs = torch_layer(norm_first, activation)
+    ours = TransformerBlock(D, H, FF, dropout=0.1, activation=activation, norm_first=norm_first)
+    ours.copy_from_torch(theirs).eval()
+    x = x_input()
+    mask = causal_mask(6) if causal else None
+    with torch.no_grad():  # lets PyTorch take its fused fast path too
+        expected = theirs(x, src_mask=None if mask is None else ~mask)  # opposite polarity
+        out = ours(x, mask=mask)
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
+    # the same with autograd on (PyTorch's slow, plain path)
+    torch.testing.assert_close(ours(x, mask=mask), theirs(x, src_mask=None if mask is None else ~mask), atol=ATOL, rtol=0)
+
+
+def test_block_equals_torch_layer_with_padding():
+    theirs, ours = torch_layer(False, "relu", seed=2), TransformerBlock(D, H, FF)
+    ours.copy_from_torch(theirs).eval()
+    x = x_input(B=2, L=5)
+    keep = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    out = ours(x, mask=keep[:, None, None, :])
+    expected = theirs(x, src_key_padding_mask=~keep)
+    torch.testing.assert_close(out[keep], expected[keep], atol=ATOL, rtol=0)  # real tokens
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_stacked_encoder_equals_torch_encoder(norm_first):
+    layer = nn.TransformerEncoderLayer(D, H, FF, activation="gelu", batch_first=True, norm_first=norm_first)
+    final = nn.LayerNorm(D) if norm_first else None
+    theirs = nn.TransformerEncoder(layer, num_layers=3, norm=final, enable_nested_tensor=False)
+    randomise(theirs, seed=3).eval()  # every layer gets its own weights
+    ours = TransformerEncoder(3, D, H, FF, activation="gelu", norm_first=norm_first)
+    for mine, their_layer in zip(ours.layers, theirs.layers):
+        mine.copy_from_torch(their_layer)
+    if norm_first:
+        ours.final_norm.load_state_dict(theirs.norm.state_dict())
+    ours.eval()
+    x = x_input()
+    torch.testing.assert_close(ours(x), theirs(x), atol=ATOL, rtol=0)
+    mask = causal_mask(6)
+    torch.testing.assert_close(ours(x, mask), theirs(x, mask=~mask), atol=ATOL, rtol=0)
+
+
+def test_return_attention_gives_row_stochastic_maps():
+    torch.manual_seed(0)
+    enc = TransformerEncoder(2, D, H, FF, dropout=0.0).eval()
+    x = x_input(B=2, L=5)
+    out, maps = enc(x, causal_mask(5), return_attention=True)
+    torch.testing.assert_close(out, enc(x, causal_mask(5)))  # asking for maps changes nothing
+    assert len(maps) == 2
+    for w in maps:
+        assert w.shape == (2, H, 5, 5)
+        torch.testing.assert_close(w.sum(-1), torch.ones(2, H, 5), atol=ATOL, rtol=0)
+        assert (w.triu(1) == 0).all()
+    block = enc.layers[0]
+    y, w = block(x, return_attention=True)
+    assert y.shape == x.shape and w.shape == (2, H, 5, 5)
+    assert block(x, return_attention=False).shape == x.shape
+
+
+def test_feed_forward_is_position_wise():
+    torch.manual_seed(0)
+    ff = FeedForward(D, FF)
+    x = x_input(B=2, L=5)
+    torch.testing.assert_close(ff(x)[:, 3], ff(x[:, 3:4])[:, 0])  # each position on its own
+    assert sum(p.numel() for p in ff.parameters()) == 2 * D * FF + FF + D
+
+
+def test_parameter_count_equals_torch():
+    ours = TransformerBlock(D, H, FF)
+    theirs = nn.TransformerEncoderLayer(D, H, FF, batch_first=True)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in theirs.parameters())
+
+
+def test_unknown_activation():
+    with pytest.raises(ValueError, match=r"activation must be one of \['gelu', 'relu'\], got 'tanh'"):
+        TransformerBlock(D, H, FF, activation="tanh")
+    with pytest.raises(ValueError, match="activation must be one of"):
+        TransformerEncoder(2, D, H, FF, activation="swish")
+
+
+def test_copy_from_torch_size_mismatch():
+    with pytest.raises(ValueError, match=r"shape mismatch: ours \(128, 32\), PyTorch's \(64, 32\)"):
+        TransformerBlock(D, H, 128).copy_from_torch(nn.TransformerEncoderLayer(D, H, FF, batch_first=True))
+    with pytest.raises(ValueError, match="embed_dim=16"):
+        TransformerBlock(D, H, FF).copy_from_torch(nn.TransformerEncoderLayer(16, H, FF, batch_first=True))
+
+
+@pytest.mark.parametrize(
+    "ours_kwargs, theirs_kwargs, message",
+    [
+        ({"norm_first": False}, {"norm_first": True}, "norm_first=True but this block has norm_first=False"),
+        ({"activation": "relu"}, {"activation": "gelu"}, "activation 'gelu' but this block has 'relu'"),
+        ({"activation": "gelu"}, {"activation": "relu"}, "activation 'relu' but this block has 'gelu'"),
+        ({}, {"layer_norm_eps": 1e-6}, "layer_norm_eps=1e-06 but this block has layer_norm_eps=1e-05"),
+        ({}, {"bias": False}, "bias=False but this block has bias=True"),
+    ],
+)
+def test_copy_from_torch_refuses_a_different_architecture(ours_kwargs, theirs_kwargs, message):
+    """Without these checks the copy succeeded silently and the outputs differed."""
+    theirs = nn.TransformerEncoderLayer(D, H, FF, batch_first=True, **theirs_kwargs)
+    with pytest.raises(ValueError, match=message):
+        TransformerBlock(D, H, FF, **ours_kwargs).copy_from_torch(theirs)
