@@ -1,0 +1,109 @@
+"""Tests of attnlib/data.py: vocabulary, deterministic toy tasks, date spans, batches."""
+import datetime as dt
+
+import pytest
+import torch
+
+from attnlib import Vocab, batches, format_date, make_copy, make_dates, make_reversal, make_sorting
+
+
+def test_vocab_round_trip_and_specials():
+    v = Vocab(range(5))
+    assert (v.pad_id, v.bos_id, v.eos_id) == (0, 1, 2)
+    assert v.itos[:3] == ["<pad>", "<bos>", "<eos>"] and len(v) == 8
+    ids = v.encode([3, 0, 4], add_bos=True)
+    assert ids == [1, v.stoi["3"], v.stoi["0"], v.stoi["4"], 2]
+    assert v.decode(ids) == ["3", "0", "4"]
+    assert v.decode(torch.tensor(ids + [0, 0])) == ["3", "0", "4"]
+    assert v.decode(ids + [5], strip=False)[-2:] == ["<eos>", "2"]
+    assert v.decode([5, 2, 6]) == ["2"]  # stops at eos
+    chars = Vocab("abca")
+    assert chars.itos[3:] == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="'z' is not in the vocabulary"):
+        chars.encode("az")
+
+
+@pytest.mark.parametrize("maker", [make_reversal, make_copy, make_sorting])
+def test_toy_tasks_deterministic_and_correct(maker):
+    a, b, c = maker(50, 6, seed=3), maker(50, 6, seed=3), maker(50, 6, seed=4)
+    assert torch.equal(a.src, b.src) and torch.equal(a.tgt, b.tgt)
+    assert not torch.equal(a.src, c.src)
+    assert a.src.shape == (50, 7) and a.tgt.shape == (50, 7)  # 6 tokens + eos
+    expected = {make_reversal: lambda s: s[::-1], make_copy: list, make_sorting: sorted}[maker]
+    for s, t, src_ids, tgt_ids in zip(a.src_raw, a.tgt_raw, a.src, a.tgt):
+        assert t == expected(s)
+        assert a.src_vocab.decode(src_ids) == [str(x) for x in s]
+        assert a.tgt_vocab.decode(tgt_ids) == [str(x) for x in t]
+
+
+def test_sorting_range_and_global_rng_untouched():
+    torch.manual_seed(0)
+    before = torch.rand(1)
+    torch.manual_seed(0)
+    d = make_sorting(200, 8, low=2, high=19, seed=0)
+    assert torch.equal(torch.rand(1), before)
+    values = {x for s in d.src_raw for x in s}
+    assert min(values) >= 2 and max(values) <= 19 and len(values) > 10
+
+
+def test_variable_lengths_are_padded():
+    d = make_reversal(100, (3, 9), seed=0)
+    lengths = d.src_mask.sum(1)
+    assert lengths.min() >= 4 and lengths.max() <= 10 and lengths.min() < lengths.max()
+    for i in range(100):
+        n = len(d.src_raw[i])
+        assert d.src[i, n] == d.src_vocab.eos_id and (d.src[i, n + 1 :] == 0).all()
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="n must be a positive int"):
+        make_reversal(0, 5)
+    with pytest.raises(ValueError, match="min <= max"):
+        make_copy(5, (6, 3))
+    with pytest.raises(ValueError, match="low must be <= high"):
+        make_sorting(5, 3, low=9, high=2)
+
+
+def test_dates_parse_back_and_spans_point_at_fields():
+    d = make_dates(500, seed=0)
+    assert d.src_raw == make_dates(500, seed=0).src_raw and d.src_raw != make_dates(500, seed=1).src_raw
+    months = ["january", "february", "march", "april", "may", "june", "july",
+              "august", "september", "october", "november", "december"]
+    for text, iso, spans, ids in zip(d.src_raw, d.tgt_raw, d.spans, d.src):
+        date = dt.date.fromisoformat(iso)
+        assert date.isoformat() == iso
+        assert "".join(d.src_vocab.decode(ids)) == text  # position i of src is character i
+        year, month, day = (text[slice(*spans[k])] for k in ("year", "month", "day"))
+        assert int(year) == date.year if len(year) == 4 else int(year) == date.year % 100
+        assert month.isdigit() and int(month) == date.month or months[date.month - 1].startswith(month.lower())
+        assert int(day.rstrip("stndrh")) == date.day
+        assert "".join(d.tgt_vocab.decode(d.tgt_vocab.encode(iso))) == iso
+    texts = [format_date(dt.date(2024, 3, 5), f)[0] for f in range(10)]
+    for example in ["tuesday, march 5 2024", "05.03.24", "Mar 5, 2024", "5 march 2024", "2024/03/05",
+                    "03/05/2024", "5th of March, 2024", "MARCH 05 2024"]:
+        assert example in texts
+    text, spans = format_date(dt.date(2024, 3, 5), 6)
+    assert spans == {"day": (0, 3), "month": (7, 12), "year": (14, 18)}, text
+
+
+def test_batches_cover_everything_once_and_trim_padding():
+    d = make_reversal(70, (2, 8), seed=0)
+    seen = []
+    for b in batches(d, 16, shuffle=True, seed=1):
+        assert b.src.shape[0] == b.tgt.shape[0] == b.src_mask.shape[0] <= 16
+        assert b.src_mask.sum(1).max() == b.src.shape[1]  # no all-pad column
+        assert torch.equal(b.src_mask, b.src != 0)
+        assert torch.equal(b.src, d.src[b.index, : b.src.shape[1]])
+        seen += b.index.tolist()
+    assert sorted(seen) == list(range(70))
+    order = lambda s: torch.cat([b.index for b in batches(d, 16, seed=s)]).tolist()  # noqa: E731
+    assert order(1) == order(1) != order(2)
+    with pytest.raises(ValueError, match="batch_size"):
+        next(batches(d, 0))
+
+
+def test_split_and_subset():
+    d = make_dates(30, seed=0)
+    a, b = d.split(20)
+    assert len(a) == 20 and len(b) == 10 and b.src_raw == d.src_raw[20:] and b.spans == d.spans[20:]
+    assert torch.equal(a.tgt, d.tgt[:20, : a.tgt.shape[1]])

@@ -1,0 +1,128 @@
+"""Tests of attnlib/seq2seq.py: shapes, masks, teacher forcing, greedy == beam(1), beam search."""
+import pytest
+import torch
+
+from attnlib import (AdditiveAttention, AttentionDecoder, Decoder, Encoder, LuongAttention, Seq2Seq,
+                     beam_search, greedy_decode, make_reversal)
+
+V = 13
+
+
+def model(kind="additive", bidirectional=False, layers=1, seed=0):
+    torch.manual_seed(seed)
+    enc = Encoder(V, 8, 16, bidirectional=bidirectional, num_layers=layers)
+    if kind == "plain":
+        return Seq2Seq(enc, Decoder(V, 8, 16, num_layers=layers))
+    att = AdditiveAttention(16, enc.output_dim, 12) if kind == "additive" else LuongAttention(16, enc.output_dim, kind)
+    return Seq2Seq(enc, AttentionDecoder(V, 8, 16, enc.output_dim, att, num_layers=layers))
+
+
+def data():
+    d = make_reversal(5, (3, 7), seed=0)
+    return d.src, d.src_mask, d.tgt
+
+
+@pytest.mark.parametrize("kind,bidi,layers", [("plain", False, 1), ("plain", True, 2), ("additive", False, 1),
+                                              ("additive", True, 2), ("general", True, 1), ("concat", False, 1)])
+def test_forward_shapes(kind, bidi, layers):
+    m = model(kind, bidi, layers)
+    src, mask, tgt = data()
+    logits, w = m(src, mask, tgt)
+    assert logits.shape == (5, tgt.shape[1], V)
+    if kind == "plain":
+        assert w is None
+    else:
+        assert w.shape == (5, tgt.shape[1], src.shape[1])
+        assert (w[~mask[:, None, :].expand_as(w)] == 0).all()
+        torch.testing.assert_close(w.sum(-1), torch.ones(5, tgt.shape[1]))
+    logits.sum().backward()
+    assert all(p.grad is not None for p in m.parameters() if p.requires_grad)
+
+
+def test_mask_lengths_and_default_agree_and_padding_is_ignored():
+    m = model("additive", bidirectional=True)
+    src, mask, tgt = data()
+    a, _ = m(src, mask, tgt)
+    b, _ = m(src, mask.sum(1), tgt)
+    c, _ = m(src, None, tgt)
+    torch.testing.assert_close(a, b)
+    torch.testing.assert_close(a, c)
+    # extra padding columns change nothing
+    d, _ = m(torch.cat([src, torch.zeros(5, 3, dtype=torch.long)], 1), None, tgt)
+    torch.testing.assert_close(a, d)
+    # one sequence alone gives the same result as inside the batch
+    n = int(mask[1].sum())
+    e, _ = m(src[1:2, :n], None, tgt[1:2])
+    torch.testing.assert_close(e[0], a[1], atol=1e-5, rtol=0)
+
+
+def test_teacher_forcing_zero_feeds_predictions():
+    m = model("additive")
+    src, mask, tgt = data()
+    free, w_free = m(src, mask, tgt, teacher_forcing=0.0)
+    greedy, w_greedy = greedy_decode(m, src, mask, max_len=tgt.shape[1])
+    T = greedy.shape[1]
+    first_eos = (greedy == m.eos_id).float().argmax(1)
+    for i in range(5):  # identical until each sequence's eos (after it greedy pads)
+        n = int(first_eos[i]) + 1 if (greedy[i] == m.eos_id).any() else T
+        assert torch.equal(free[i, :n].argmax(-1), greedy[i, :n])
+        torch.testing.assert_close(w_free[i, :n], w_greedy[i, :n])
+    with pytest.raises(ValueError, match="teacher_forcing"):
+        m(src, mask, tgt, teacher_forcing=1.5)
+
+
+def test_mismatched_parts_raise():
+    with pytest.raises(ValueError, match="must match"):
+        Seq2Seq(Encoder(V, 8, 16), Decoder(V, 8, 32))
+    with pytest.raises(ValueError, match="key_dim=16 but the decoder needs key_dim=32"):
+        AttentionDecoder(V, 8, 16, 32, AdditiveAttention(16, 16, 8))
+    with pytest.raises(ValueError, match="enc_dim=16 but the encoder outputs 32"):
+        Seq2Seq(Encoder(V, 8, 16, bidirectional=True), AttentionDecoder(V, 8, 16, 16, AdditiveAttention(16, 16, 8)))
+    m = model()
+    src, mask, tgt = data()
+    with pytest.raises(ValueError, match="batch sizes must match"):
+        m(src, mask, tgt[:2])
+    with pytest.raises(ValueError, match="at least one real token"):
+        m(src, torch.zeros_like(mask), tgt)
+
+
+@pytest.mark.parametrize("kind", ["plain", "additive", "dot"])
+def test_beam_one_equals_greedy(kind):
+    m = model(kind, bidirectional=kind == "plain", seed=1)
+    src, mask, _ = data()
+    g, _ = greedy_decode(m, src, mask, max_len=9)
+    b, scores = beam_search(m, src, mask, beam_size=1, max_len=9)
+    assert torch.equal(b[:, : g.shape[1]], g) and (b[:, g.shape[1]:] == m.pad_id).all()
+    assert scores.shape == (5,)
+
+
+def test_beam_search_finds_higher_likelihood_and_single_sequence():
+    m = model("additive", seed=2)
+    src, mask, _ = data()
+
+    def logprob(tokens):  # total log p of a decoded sequence up to and including its eos
+        logits, _ = m(src, mask, tokens)
+        lp = torch.log_softmax(logits, -1).gather(-1, tokens[..., None]).squeeze(-1)
+        real = torch.cumsum((tokens == m.eos_id).long(), 1) - (tokens == m.eos_id).long() == 0
+        return (lp * real).sum(1)
+
+    m.eval()
+    with torch.no_grad():
+        g, _ = greedy_decode(m, src, mask, max_len=8)
+        b, scores = beam_search(m, src, mask, beam_size=4, max_len=8, length_penalty=0.0)
+        assert (logprob(b) >= logprob(g) - 1e-6).all()
+        torch.testing.assert_close(scores, logprob(b).double(), atol=1e-5, rtol=0)
+    one, s = beam_search(m, src[0, : int(mask[0].sum())], beam_size=4, max_len=8, length_penalty=0.0)
+    assert one.dim() == 1 and s.dim() == 0
+    assert torch.equal(one, b[0, : one.shape[0]])
+    with pytest.raises(ValueError, match="beam_size"):
+        beam_search(m, src, beam_size=0)
+
+
+def test_decoding_restores_training_mode():
+    m = model()
+    m.train()
+    src, mask, _ = data()
+    greedy_decode(m, src, mask, max_len=3)
+    beam_search(m, src, mask, beam_size=2, max_len=3)
+    assert m.training

@@ -1,0 +1,63 @@
+"""Tests of attnlib/training.py: metrics on hand-checked examples, schedules, History, and that training learns."""
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")
+
+from attnlib import (AdditiveAttention, AttentionDecoder, Encoder, History, Seq2Seq, evaluate_seq2seq,
+                     make_reversal, seed_everything, sequence_accuracy, teacher_forcing_ratio, token_accuracy,
+                     train_seq2seq)
+
+
+def test_accuracies_hand_checked():
+    target = torch.tensor([[5, 6, 2, 0], [7, 8, 9, 2]])
+    pred = torch.tensor([[5, 6, 2, 9], [7, 3, 9, 2]])  # row 0 right (pad ignored), row 1 one token wrong
+    assert token_accuracy(pred, target, pad_id=0) == pytest.approx(6 / 7)
+    assert sequence_accuracy(pred, target, pad_id=0) == pytest.approx(0.5)
+    short = torch.tensor([[5, 6], [7, 8]])  # missing predictions count as wrong
+    assert token_accuracy(short, target, 0) == pytest.approx(4 / 7)
+    assert sequence_accuracy(short, target, 0) == 0.0
+    long = torch.cat([target, torch.full((2, 3), 4)], 1)  # extra predictions are cut
+    assert token_accuracy(long, target, 0) == 1.0 and sequence_accuracy(long, target, 0) == 1.0
+    with pytest.raises(ValueError, match="same B"):
+        token_accuracy(pred[:1], target, 0)
+
+
+def test_teacher_forcing_schedule():
+    assert teacher_forcing_ratio(0, 1.0, 0.5, 0.1) == 1.0
+    assert teacher_forcing_ratio(2, 1.0, 0.5, 0.1) == 0.25
+    assert teacher_forcing_ratio(10, 1.0, 0.5, 0.1) == 0.1
+    with pytest.raises(ValueError, match="floor"):
+        teacher_forcing_ratio(0, 1.0, 0.5, 2.0)
+
+
+def test_history():
+    h = History()
+    h.log(epoch=1, loss=2.0, token_acc=0.5)
+    h.log(epoch=2, loss=1.0, token_acc=torch.tensor(0.75))
+    assert h["loss"] == [2.0, 1.0] and h.last("token_acc") == 0.75 and "loss" in h
+    assert h.as_dict() == {"epoch": [1.0, 2.0], "loss": [2.0, 1.0], "token_acc": [0.5, 0.75]}
+    with pytest.raises(KeyError, match="token_acc"):
+        h["acc"]
+    fig = h.plot()
+    assert len(fig.axes) == 2 and len(fig.axes[0].lines) == 1
+    ax = h.plot(keys=["token_acc"])
+    assert list(ax.lines[0].get_ydata()) == [0.5, 0.75]
+
+
+def test_tiny_reversal_model_learns():
+    train = make_reversal(256, (3, 5), vocab_size=6, seed=0)
+    seed_everything(0)
+    V = len(train.src_vocab)
+    m = Seq2Seq(Encoder(V, 16, 32), AttentionDecoder(V, 16, 32, 32, AdditiveAttention(32, 32, 32)))
+    before = evaluate_seq2seq(m, train)
+    h = train_seq2seq(m, train, epochs=25, lr=1e-2, batch_size=32, teacher_forcing=(1.0, 0.9, 0.5),
+                      eval_data=train, progress=False)
+    assert h["loss"][-1] < 0.3 * h["loss"][0]
+    assert h["teacher_forcing"][:3] == pytest.approx([1.0, 0.9, 0.81]) and h["teacher_forcing"][-1] == 0.5
+    after = evaluate_seq2seq(m, train)
+    assert before["token_acc"] < 0.5 and after["token_acc"] > 0.95 and after["seq_acc"] > 0.8
+    assert after == pytest.approx({"token_acc": h["eval_token_acc"][-1], "seq_acc": h["eval_seq_acc"][-1]})
+    beam = evaluate_seq2seq(m, train, beam_size=3)
+    assert beam["token_acc"] > 0.9
