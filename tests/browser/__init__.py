@@ -1,0 +1,1 @@
+"""Browser tests of attnlib.widgets (marked `browser`; need /usr/bin/chromium)."""

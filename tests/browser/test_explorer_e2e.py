@@ -1,0 +1,222 @@
+"""End to end: JupyterLab + Chromium run notebook 08 and drive its AttentionExplorer.
+
+CONTRACT with notebooks/08_attention_explorer.ipynb (keep it when editing the notebook):
+
+1. The notebook has ``metadata.kernelspec`` (python3) and runs top to bottom with
+   "Run All" from a copy placed in ``<tmp>/notebooks/`` (``<tmp>/data`` is a symlink to the
+   repository's ``data/``, so ``../data/...`` paths work).
+2. At least one ``AttentionExplorer`` is displayed as a cell output. The test drives the
+   FIRST one on the page (``[data-testid=attn-root][data-kind=explorer]``). It needs at
+   least 2 query tokens and 2 heads, and head 0 and head 1 of the layer it shows first
+   must not draw identical maps.
+3. One code cell contains the text ``E2E_CHECK_SELECTED`` (a comment is fine) and prints
+   the state of THAT SAME explorer as one line:
+   ``print(f"selected={explorer.selected} layer={explorer.layer} head={explorer.head}")``
+   After "Run All" it prints ``selected=None ...`` (nothing pinned yet).
+4. The notebook is stored executed (as every notebook of the series): before anything
+   runs, the stored explorer output shows the widget's static preview (its text contains
+   "Static preview"), because stored outputs are untrusted in a fresh JupyterLab.
+
+What the test does: checks the static preview; clears the outputs and runs all cells;
+waits for the explorer and the checker's output; hovers ``query-token-1`` and checks that
+the highlighted row (``data-active-row``), the overlay and the key chips' weights changed;
+clicks it (pins); switches ``head-select`` to another head and checks that the map canvas
+changed; re-runs the checker cell with Ctrl+Enter and checks that Python printed
+``selected=1`` and the new head; saves screenshots to ``test-artifacts/explorer_e2e_*.png``.
+
+JupyterLab runs on 127.0.0.1 with a free port, a random token and its own config,
+runtime, settings and workspaces directories, wrapped in ``timeout``; it is stopped with
+POST /api/shutdown, then by killing its own process group.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from .helpers import ROOT
+
+pytestmark = pytest.mark.browser
+
+NOTEBOOK = "08_attention_explorer.ipynb"
+CHECK_MARKER = "E2E_CHECK_SELECTED"
+EXPLORER = "[data-testid=attn-root][data-kind=explorer] >> nth=0"
+LAB_TIMEOUT_S = 240  # `timeout` kills JupyterLab even if this process dies first
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def api(base: str, token: str, path: str, method: str = "GET") -> int:
+    req = urllib.request.Request(f"{base}{path}", method=method, headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(req, timeout=5) as response:
+        return response.status
+
+
+@pytest.fixture(scope="module")
+def lab(chromium_executable, tmp_path_factory):
+    """A JupyterLab server serving a copy of the notebook; yields (base_url, token, log path)."""
+    tmp = tmp_path_factory.mktemp("lab")
+    (tmp / "notebooks").mkdir()
+    shutil.copy(ROOT / "notebooks" / NOTEBOOK, tmp / "notebooks" / NOTEBOOK)
+    (tmp / "data").symlink_to(ROOT / "data", target_is_directory=True)
+    env = dict(os.environ)
+    for var in ("JUPYTER_CONFIG_DIR", "JUPYTER_RUNTIME_DIR", "JUPYTER_DATA_DIR",
+                "JUPYTERLAB_SETTINGS_DIR", "JUPYTERLAB_WORKSPACES_DIR"):
+        env[var] = str(tmp / "jupyter" / var.lower())
+        Path(env[var]).mkdir(parents=True)
+    notification = Path(env["JUPYTERLAB_SETTINGS_DIR"]) / "@jupyterlab" / "apputils-extension"
+    notification.mkdir(parents=True)  # no news toast over the notebook
+    (notification / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
+    port, token = free_port(), secrets.token_hex(16)
+    log = tmp / "jupyterlab.log"
+    cmd = ["timeout", str(LAB_TIMEOUT_S), sys.executable, "-m", "jupyterlab", "--no-browser",
+           "--ip=127.0.0.1", f"--port={port}", "--port-retries=0", f"--IdentityProvider.token={token}",
+           "--LabApp.expose_app_in_browser=True", "--allow-root", f"--ServerApp.root_dir={tmp}"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"JupyterLab exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                if api(base, token, "/api/status") == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"JupyterLab did not answer within 60 s:\n{log.read_text()[-3000:]}")
+            time.sleep(0.3)
+        yield base, token, log
+    finally:
+        try:
+            api(base, token, "/api/shutdown", method="POST")
+            proc.wait(timeout=15)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # only the group we started (timeout + jupyter)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
+
+
+KERNEL_IDLE = """(name) => {
+    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+    const kernel = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+    return !!kernel && w.context.path.endsWith(name) && kernel.connectionStatus === 'connected'
+        && kernel.status === 'idle';
+}"""
+
+MARK_CHECKER = """(marker) => {
+    const cells = window.jupyterapp.shell.currentWidget.content.widgets;
+    const i = cells.findIndex((c) => c.model.type === 'code' && c.model.sharedModel.getSource().includes(marker));
+    if (i >= 0) cells[i].node.setAttribute('data-e2e', 'checker');
+    return i;
+}"""
+
+CANVAS_SUM = """(root, testid) => {
+    const c = root.querySelector(`[data-testid=${testid}]`);
+    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    let s = 0; for (let p = 0; p < d.length; p++) s += d[p] * ((p % 251) + 1); return s;
+}"""
+
+
+def checker_output(page) -> str:
+    return page.locator("[data-e2e=checker] .jp-OutputArea-output").all_inner_texts()
+
+
+@pytest.mark.timeout(150)
+def test_explorer_in_jupyterlab(lab, browser_context, artifacts):
+    base, token, log = lab
+    t_start = time.monotonic()
+    page = browser_context.new_page()
+    page_errors: list[str] = []
+    page.on("pageerror", lambda e: page_errors.append(str(e)))
+    try:
+        page.goto(f"{base}/lab/tree/notebooks/{NOTEBOOK}?reset&token={token}", timeout=60_000)
+        # The toolbar can say idle before the kernel is connected: ask the session itself.
+        page.wait_for_function(KERNEL_IDLE, arg=NOTEBOOK, timeout=60_000)
+        # Stored outputs are untrusted here (fresh trust database), so JupyterLab renders the
+        # widget's static text/html preview: never an empty box.
+        page.wait_for_function("() => [...document.querySelectorAll('.jp-OutputArea-output')]"
+                               ".some((o) => o.innerText.includes('Static preview'))", timeout=15_000)
+        checker = page.evaluate(MARK_CHECKER, CHECK_MARKER)
+        assert checker >= 0, f"no code cell of {NOTEBOOK} contains {CHECK_MARKER!r} (see the contract above)"
+        # Fire and forget: awaiting run-all inside evaluate can hang.
+        page.evaluate("""async () => {
+            await window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs');
+            window.jupyterapp.commands.execute('notebook:run-all-cells');
+        }""")
+        explorer = page.locator(EXPLORER)
+        explorer.wait_for(state="visible", timeout=90_000)
+        page.wait_for_function("() => /selected=None/.test(document.querySelector('[data-e2e=checker] .jp-OutputArea')"
+                               "?.innerText || '')", timeout=60_000)
+        page.wait_for_function(KERNEL_IDLE, arg=NOTEBOOK, timeout=30_000)
+        t_ran = time.monotonic()
+        explorer.scroll_into_view_if_needed()
+        n_heads = explorer.locator("[data-testid=head-select] option").count()
+        assert explorer.locator("[data-testid=query-token-1]").count() == 1 and n_heads >= 2, \
+            "the first explorer needs >= 2 query tokens and >= 2 heads (see the contract above)"
+
+        # Hover: the highlighted row, the overlay and the key chips change, with no kernel round trip.
+        assert explorer.get_attribute("data-active-row") == ""
+        overlay_before = explorer.evaluate(CANVAS_SUM, "heatmap-overlay")
+        explorer.locator("[data-testid=query-token-1]").hover()
+        assert explorer.get_attribute("data-active-row") == "1"
+        assert explorer.evaluate(CANVAS_SUM, "heatmap-overlay") != overlay_before
+        weight = explorer.locator("[data-testid=key-token-0]").get_attribute("data-weight")
+        assert weight is not None and re.fullmatch(r"\d\.\d{3}", weight)
+
+        # Click pins; switching heads redraws the map and keeps the pin.
+        explorer.locator("[data-testid=query-token-1]").click()
+        assert explorer.get_attribute("data-selected") == "1"
+        assert explorer.locator("[data-testid=pinned-marker]").is_visible()
+        map_before = explorer.evaluate(CANVAS_SUM, "heatmap-canvas")
+        new_head = 1 if explorer.get_attribute("data-head") != "1" else 0
+        explorer.locator("[data-testid=head-select]").select_option(str(new_head))
+        assert explorer.get_attribute("data-head") == str(new_head)
+        assert explorer.evaluate(CANVAS_SUM, "heatmap-canvas") != map_before, "switching heads did not change the map"
+        assert explorer.get_attribute("data-selected") == "1"
+
+        # The kernel sees the pin and the head: re-run the checker cell with Ctrl+Enter.
+        page.locator("[data-e2e=checker] .jp-InputPrompt").click()
+        page.keyboard.press("Control+Enter")
+        expected = re.compile(rf"selected=1 layer=\d+ head={new_head}\b")
+        page.wait_for_function("(pattern) => new RegExp(pattern).test(document.querySelector("
+                               "'[data-e2e=checker] .jp-OutputArea')?.innerText || '')",
+                               arg=expected.pattern, timeout=30_000)
+        assert any(expected.search(text) for text in checker_output(page))
+
+        explorer.scroll_into_view_if_needed()
+        explorer.screenshot(path=str(artifacts / "explorer_e2e_widget.png"))
+        page.screenshot(path=str(artifacts / "explorer_e2e_page.png"))
+        timings = {"open_and_run_all_s": round(t_ran - t_start, 1), "interact_s": round(time.monotonic() - t_ran, 1),
+                   "render_ms_in_jupyterlab": explorer.get_attribute("data-render-ms")}
+        (artifacts / "explorer_e2e_timings.json").write_text(json.dumps(timings, indent=2) + "\n")
+        print("\ne2e timings:", timings)
+        assert page_errors == [], f"uncaught errors in the page: {page_errors}"
+    except Exception:
+        page.screenshot(path=str(artifacts / "explorer_e2e_failure.png"))
+        (artifacts / "explorer_e2e_jupyterlab.log").write_text(log.read_text())
+        raise
+    finally:
+        page.close()

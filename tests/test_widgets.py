@@ -1,0 +1,270 @@
+"""Python side of attnlib.widgets: synced traitlets, input checks, static fallback.
+
+The browser side is tested in tests/browser/ (a bare page, and JupyterLab end to end).
+"""
+from __future__ import annotations
+
+import io
+import re
+
+import matplotlib.image
+import numpy as np
+import pytest
+import torch
+import traitlets
+
+import attnlib
+from attnlib import AttentionExplorer, AttentionHeatmap
+from attnlib.widgets import ROW_SUM_TOL
+
+TOKENS = "the animal didn't cross the street because it was too tired".split()
+
+
+def maps(*shape: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.softmax(torch.randn(*shape, generator=g), dim=-1)
+
+
+@pytest.fixture
+def heatmap() -> AttentionHeatmap:
+    return AttentionHeatmap(maps(11, 11), TOKENS, title="toy")
+
+
+@pytest.fixture
+def explorer() -> AttentionExplorer:
+    return AttentionExplorer(maps(2, 4, 11, 11), TOKENS)
+
+
+# ---- construction ----------------------------------------------------------------------
+
+def test_exported_from_attnlib():
+    assert attnlib.AttentionHeatmap is AttentionHeatmap and attnlib.AttentionExplorer is AttentionExplorer
+
+
+def test_torch_and_numpy_give_the_same_widget():
+    w = maps(11, 11)
+    a, b = AttentionHeatmap(w, TOKENS), AttentionHeatmap(w.numpy(), TOKENS)
+    assert a._weights == b._weights
+    np.testing.assert_allclose(a.weights, w.numpy(), atol=1e-7)
+    assert a.key_tokens == a.query_tokens == TOKENS  # self-attention: keys default to the queries
+
+
+def test_tensor_with_grad_and_bfloat16_accepted():
+    w = maps(11, 11).requires_grad_()
+    assert AttentionHeatmap(w, TOKENS).weights.shape == (11, 11)
+    AttentionHeatmap(maps(3, 5).to(torch.bfloat16), list("abc"), list("vwxyz"))
+
+
+def test_cross_attention_keeps_both_token_lists():
+    w = maps(3, 5)
+    hm = AttentionHeatmap(w, ["le", "chat", "dort"], ["the", "cat", "is", "sleeping", "."])
+    assert hm.query_tokens == ["le", "chat", "dort"] and hm.key_tokens[-1] == "."
+    assert hm._shape == [1, 1, 3, 5]
+
+
+def test_explorer_accepts_a_list_of_layers():
+    layers = [maps(4, 11, 11, seed=i) for i in range(3)]
+    ex = AttentionExplorer(layers, TOKENS)
+    assert ex._shape == [3, 4, 11, 11]
+    np.testing.assert_allclose(ex.weights[2], layers[2].numpy(), atol=1e-7)
+    assert ex._layer_names == ["layer 0", "layer 1", "layer 2"]
+
+
+def test_esm_and_css_come_from_the_package_files():
+    hm = AttentionHeatmap(maps(2, 2), ["a", "b"])
+    static = attnlib.widgets._STATIC
+    assert hm._esm == (static / "attention.js").read_text()
+    assert hm._css == (static / "attention.css").read_text()
+    assert re.search(r"^\s*import\s", hm._esm, re.M) is None  # no dependency, nothing from a CDN
+    assert "export default" in hm._esm
+
+
+# ---- synced traitlets ----------------------------------------------------------------------
+
+def test_selected_set_from_python_and_observed(heatmap):
+    seen = []
+    heatmap.observe(lambda change: seen.append((change["old"], change["new"])), names="selected")
+    assert heatmap.selected is None
+    heatmap.selected = 7
+    heatmap.selected = None
+    assert seen == [(None, 7), (7, None)]
+    assert heatmap.get_state()["selected"] is None
+
+
+def test_selected_from_the_browser_reaches_python(heatmap):
+    seen = []
+    heatmap.observe(lambda change: seen.append(change["new"]), names="selected")
+    heatmap.set_state({"selected": 3})  # what a click in the view sends over the comm
+    assert heatmap.selected == 3 and seen == [3]
+
+
+@pytest.mark.parametrize("bad", [11, -1, 100])
+def test_selected_out_of_range_rejected(heatmap, bad):
+    heatmap.selected = 2
+    with pytest.raises(ValueError, match=rf"selected must be None or a query index in \[0, 10\], got {bad}"):
+        heatmap.selected = bad
+    assert heatmap.selected == 2
+    with pytest.raises(traitlets.TraitError):  # the same error is a TraitError, so traitlets rolls back
+        heatmap.selected = bad
+
+
+def test_selected_in_constructor_checked():
+    assert AttentionHeatmap(maps(11, 11), TOKENS, selected=4).selected == 4
+    with pytest.raises(ValueError, match="got 11"):
+        AttentionHeatmap(maps(11, 11), TOKENS, selected=11)
+
+
+def test_explorer_layer_head_bounds(explorer):
+    seen = []
+    explorer.observe(lambda change: seen.append((change["name"], change["new"])), names=["layer", "head"])
+    explorer.layer, explorer.head = 1, 3
+    assert seen == [("layer", 1), ("head", 3)]
+    with pytest.raises(ValueError, match=r"layer must be in \[0, 1\] \(weights has shape \(2, 4, 11, 11\)\), got 2"):
+        explorer.layer = 2
+    with pytest.raises(ValueError, match=r"head must be in \[0, 3\].*got -1"):
+        explorer.head = -1
+    assert (explorer.layer, explorer.head) == (1, 3)
+    with pytest.raises(ValueError, match="head must be in"):
+        AttentionExplorer(maps(2, 4, 11, 11), TOKENS, head=4)
+
+
+def test_two_widgets_are_independent():
+    a, b = AttentionHeatmap(maps(11, 11), TOKENS), AttentionHeatmap(maps(11, 11, seed=1), TOKENS)
+    a.selected = 1
+    assert b.selected is None and a.model_id != b.model_id
+
+
+# ---- input checks ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("weights, match", [
+    (maps(2, 11, 11), r"weights must be 2-D \(Lq, Lk\), got shape \(2, 11, 11\) \(3-D\); pick one map"),
+    (maps(11), r"weights must be 2-D \(Lq, Lk\), got shape \(11,\) \(1-D\)"),
+])
+def test_heatmap_needs_2d(weights, match):
+    with pytest.raises(ValueError, match=match):
+        AttentionHeatmap(weights, TOKENS)
+
+
+@pytest.mark.parametrize("weights, match", [
+    (maps(4, 11, 11), r"must be 4-D \(layers, heads, Lq, Lk\), got shape \(4, 11, 11\) \(3-D\); for one layer pass weights\[None\]"),
+    (maps(1, 2, 4, 11, 11), r"got shape \(1, 2, 4, 11, 11\) \(5-D\); squeeze the batch of one: weights\[0\]"),
+    ([maps(4, 11, 11), maps(2, 11, 11)], r"weights\[1\] has shape \(2, 11, 11\) but every layer must be 3-D"),
+    ([maps(1, 4, 11, 11)], r"squeeze the batch: \[a\[0\] for a in weights\]"),
+    ([], "weights is an empty list"),
+])
+def test_explorer_needs_4d(weights, match):
+    with pytest.raises(ValueError, match=match):
+        AttentionExplorer(weights, TOKENS)
+
+
+def test_token_count_mismatch_names_both():
+    with pytest.raises(ValueError, match=r"query_tokens has 10 tokens but weights has shape \(11, 11\), i.e. 11 query rows"):
+        AttentionHeatmap(maps(11, 11), TOKENS[:10], TOKENS)
+    with pytest.raises(ValueError, match=r"key_tokens has 4 tokens but weights has shape \(3, 5\), i.e. 5 key columns"):
+        AttentionHeatmap(maps(3, 5), list("abc"), list("abcd"))
+    with pytest.raises(ValueError, match=r"key_tokens=None \(self-attention.*3 tokens.*5 key columns; pass key_tokens"):
+        AttentionHeatmap(maps(3, 5), list("abc"))
+    with pytest.raises(ValueError, match=r"query_tokens has 10 tokens but weights has shape \(2, 4, 11, 11\)"):
+        AttentionExplorer(maps(2, 4, 11, 11), TOKENS[:10])
+
+
+@pytest.mark.parametrize("q, k, match", [
+    ([], None, "query_tokens is empty"),
+    (["a"], [], "key_tokens is empty"),
+    ("it was tired", None, "must be a sequence of tokens, not a single string"),
+])
+def test_bad_token_lists(q, k, match):
+    with pytest.raises(ValueError, match=match):
+        AttentionHeatmap(maps(1, 1), q, k)
+
+
+@pytest.mark.parametrize("value, word", [(float("nan"), "NaN"), (float("inf"), "infinite"), (-float("inf"), "infinite")])
+def test_non_finite_values_rejected_even_as_raw_scores(value, word):
+    w = maps(11, 11)
+    w[3, 5] = value
+    for raw in (False, True):
+        with pytest.raises(ValueError, match=rf"1 NaN or infinite value\(s\), the first at \(query 3, key 5\)"):
+            AttentionHeatmap(w, TOKENS, raw_scores=raw)
+    w4 = maps(2, 4, 11, 11)
+    w4[1, 2, 3, 4] = value
+    with pytest.raises(ValueError, match=r"\(layer 1, head 2, query 3, key 4\)"):
+        AttentionExplorer(w4, TOKENS)
+
+
+def test_rows_must_sum_to_one_unless_raw_scores():
+    w = maps(11, 11)
+    w[4] *= 0.9
+    with pytest.raises(ValueError, match=r"row at \(query 4\) of weights sums to 0.9000, not 1.*raw_scores=True"):
+        AttentionHeatmap(w, TOKENS)
+    AttentionHeatmap(w, TOKENS, raw_scores=True)
+    w4 = maps(2, 4, 11, 11)
+    w4[1, 3, 0] *= 2
+    with pytest.raises(ValueError, match=r"row at \(layer 1, head 3, query 0\) of weights sums to 2.0000"):
+        AttentionExplorer(w4, TOKENS)
+
+
+def test_row_sum_tolerance():
+    w = maps(11, 11, seed=2).double()
+    w[0] *= 1 + ROW_SUM_TOL / 2
+    AttentionHeatmap(w, TOKENS)
+    w[0] *= 1 + 5 * ROW_SUM_TOL
+    with pytest.raises(ValueError, match="not 1"):
+        AttentionHeatmap(w, TOKENS)
+
+
+def test_negative_weights_rejected_unless_raw_scores():
+    scores = torch.randn(11, 11, generator=torch.Generator().manual_seed(3))
+    with pytest.raises(ValueError, match="negative values.*raw_scores=True"):
+        AttentionHeatmap(scores, TOKENS)
+    hm = AttentionHeatmap(scores, TOKENS, raw_scores=True)
+    assert hm.raw_scores is True
+    np.testing.assert_allclose(hm.weights, scores.numpy(), atol=1e-6)
+
+
+def test_fully_masked_rows_are_allowed():
+    w = maps(11, 11)
+    w[-2:] = 0.0  # e.g. padding queries whose every key was masked
+    AttentionHeatmap(w, TOKENS)
+
+
+def test_layer_names_and_cmap_checked():
+    with pytest.raises(ValueError, match=r"layer_names has 3 names but weights has shape \(2, 4, 11, 11\), i.e. 2 layers"):
+        AttentionExplorer(maps(2, 4, 11, 11), TOKENS, layer_names=["a", "b", "c"])
+    with pytest.raises(ValueError, match="cmap must be a matplotlib colormap name"):
+        AttentionHeatmap(maps(11, 11), TOKENS, cmap="no-such-map")
+
+
+# ---- reprs and the static fallback ---------------------------------------------------------
+
+def test_stable_text_repr(heatmap, explorer):
+    assert repr(heatmap) == "AttentionHeatmap(11 x 11 query x key tokens, selected=None)"
+    heatmap.selected = 7
+    assert repr(heatmap) == "AttentionHeatmap(11 x 11 query x key tokens, selected=7)"
+    explorer.head = 2
+    assert repr(explorer) == ("AttentionExplorer(2 layers x 4 heads, 11 x 11 query x key tokens, "
+                              "layer=0, head=2, selected=None)")
+
+
+def test_mimebundle_has_widget_html_and_plain_text(explorer):
+    data, _ = explorer._repr_mimebundle_()
+    assert data["application/vnd.jupyter.widget-view+json"]["model_id"] == explorer.model_id
+    assert data["text/plain"] == repr(explorer) and "0x" not in data["text/plain"]
+    page = data["text/html"]
+    assert "layer 0, head 0" in page and "didn&#x27;t" in page and "Static preview" in page
+    assert page.count("<td ") == 11 * 11 and "<script" not in page
+
+
+def test_fallback_escapes_tokens():
+    hm = AttentionHeatmap(maps(2, 2), ["<pad>", "a&b"], title="<b>x</b>")
+    page = hm._repr_mimebundle_()[0]["text/html"]
+    assert "<pad>" not in page and "&lt;pad&gt;" in page and "a&amp;b" in page and "<b>x</b>" not in page
+
+
+def test_big_map_fallback_is_a_small_png():
+    n = 512
+    hm = AttentionHeatmap(maps(n, n), [f"t{i}" for i in range(n)])
+    page = hm._repr_mimebundle_()[0]["text/html"]
+    assert len(page) < 150_000  # a few tens of KB, not megabytes
+    png = __import__("base64").b64decode(re.search(r"base64,([A-Za-z0-9+/=]+)", page).group(1))
+    image = matplotlib.image.imread(io.BytesIO(png), format="png")
+    assert image.shape[:2] == (256, 256)  # 512 tokens block-averaged 2 x 2
