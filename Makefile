@@ -37,19 +37,14 @@ browser: install
 
 ## Re-execute every notebook in place, in order, one at a time (stored outputs = what execution produced).
 execute: install
-	for nb in notebooks/[0-9]*.ipynb; do \
-		echo "== $$nb"; /usr/bin/time -f "   %e s" $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
-			--ExecutePreprocessor.timeout=600 "$$nb" || exit 1; \
-	done
+	$(PY) tools/execute_notebooks.py
 
 benchmark: install
 	$(PY) benchmarks/attention_benchmark.py
 
 ## Retrain the small models that notebook 08 loads from data/ (notebooks 02 and 07 save them when they run).
 models: install
-	for nb in notebooks/02_bahdanau_attention.ipynb notebooks/07_transformer_block.ipynb; do \
-		$(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 "$$nb" || exit 1; \
-	done
+	$(PY) tools/execute_notebooks.py notebooks/02_bahdanau_attention.ipynb notebooks/07_transformer_block.ipynb
 
 lock:
 	rm -rf /tmp/attn-lock-venv && python3 -m venv /tmp/attn-lock-venv

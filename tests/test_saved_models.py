@@ -1,0 +1,100 @@
+"""The trained models that notebooks save to data/ (notebook 08 loads them) still do what their files claim.
+
+Each saved model has its own section below: a module-scoped fixture that loads the file, and a
+test that re-measures the accuracy on freshly generated, seeded held-out data (a seed the notebook
+never used) and compares it with the accuracy stored in the file, minus a small tolerance for
+sampling noise. To add a model, add a section with the same three parts: file name and
+tolerance, fixture, tests.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import attnlib
+from attnlib import TransformerTagger
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def saved_file(name: str) -> Path:
+    """The path of ``data/<name>``; fails with a hint when the notebook that writes it has not run."""
+    path = DATA / name
+    if not path.exists():
+        pytest.fail(f"{path} is missing; execute the notebook that saves it (`make models`)")
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# data/sort_transformer.pt: the digit sorter of notebooks/07_transformer_block.ipynb
+# (a TransformerTagger; one prediction per position; padding mask over the keys)
+# --------------------------------------------------------------------------------------------
+
+SORT_FILE = "sort_transformer.pt"
+SORT_SEED = 777  # not a seed the notebook uses (training 1, held-out 2024)
+SORT_SIZE = 4000
+SORT_SEQ_TOLERANCE = 0.01  # the binomial noise on 4000 inputs at ~99.9% is about 0.0005
+SORT_TOKEN_TOLERANCE = 0.003
+
+
+@pytest.fixture(scope="module")
+def sorter() -> tuple[TransformerTagger, dict]:
+    return TransformerTagger.load(saved_file(SORT_FILE))
+
+
+def sort_batch(n: int, seed: int, min_len: int, max_len: int, pad_id: int):
+    """``n`` inputs of the notebook's distribution: ``min_len..max_len`` digits drawn uniformly from
+    a random palette of 1-10 different digits, right-padded with ``pad_id``.
+
+    Returns ``tokens (n, max_len)``, ``targets (n, max_len)`` (the sorted digits; meaningless
+    at pads) and ``real (n, max_len)`` (True = real token).
+    """
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(min_len, max_len + 1, (n,), generator=g)
+    palette_size = torch.randint(1, 11, (n,), generator=g)
+    palettes = torch.rand(n, 10, generator=g).argsort(dim=1)  # a random order of 0-9 per input
+    picks = (torch.rand(n, max_len, generator=g) * palette_size[:, None]).long()
+    digits = palettes.gather(1, picks)
+    real = attnlib.padding_mask(lengths, max_len)
+    tokens = digits.masked_fill(~real, pad_id)
+    targets = digits.masked_fill(~real, 10).sort(dim=1).values  # 10 sorts after every digit
+    return tokens, targets, real
+
+
+def test_sort_transformer_metadata(sorter):
+    model, extra = sorter
+    vocab, task = extra["vocab"], extra["task"]
+    assert vocab["tokens"][:10] == [str(d) for d in range(10)]
+    assert vocab["tokens"][vocab["pad_id"]] == "<pad>"
+    assert model.config.vocab_size == len(vocab["tokens"]) and model.config.num_outputs == 10
+    assert 1 <= task["min_len"] <= task["max_len"] <= model.config.max_len
+    assert "palette" in task["inputs"]  # the distribution that sort_batch below reproduces
+    assert 0.98 <= extra["test_seq_acc"] <= extra["test_token_acc"] <= 1.0
+    assert not model.training
+
+
+def test_sort_transformer_accuracy_on_fresh_data(sorter):
+    model, extra = sorter
+    task = extra["task"]
+    tokens, targets, real = sort_batch(SORT_SIZE, SORT_SEED, task["min_len"], task["max_len"], extra["vocab"]["pad_id"])
+    with torch.no_grad():
+        pred = model(tokens, real[:, None, None, :]).argmax(-1)
+    hit = pred == targets
+    token_acc = ((hit & real).sum() / real.sum()).item()
+    seq_acc = (hit | ~real).all(dim=1).float().mean().item()
+    assert seq_acc >= extra["test_seq_acc"] - SORT_SEQ_TOLERANCE, (seq_acc, extra["test_seq_acc"])
+    assert token_acc >= extra["test_token_acc"] - SORT_TOKEN_TOLERANCE, (token_acc, extra["test_token_acc"])
+
+
+def test_sort_transformer_padding_does_not_change_real_outputs(sorter):
+    model, extra = sorter
+    digits = torch.tensor([[3, 1, 4, 1, 5]])
+    padded = torch.cat([digits, torch.full((1, 7), extra["vocab"]["pad_id"])], dim=1)  # (1, 12)
+    real = attnlib.padding_mask([5], 12)
+    with torch.no_grad():
+        alone = model(digits)
+        with_pads = model(padded, real[:, None, None, :])[:, :5]
+    assert torch.allclose(alone, with_pads, atol=1e-5)
+    assert alone.argmax(-1).tolist() == [[1, 1, 3, 4, 5]]
