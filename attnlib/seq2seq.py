@@ -6,6 +6,8 @@
   any attention module with the signature of :class:`attnlib.AdditiveAttention`.
 * :class:`Seq2Seq` ties them together; ``forward`` runs the decoder for the length of the
   target, feeding gold tokens (teacher forcing) or its own predictions.
+* :func:`save_seq2seq` / :func:`load_seq2seq` store a trained model (configuration, weights,
+  vocabularies, metadata) in one file that ``torch.load(weights_only=True)`` can read.
 
 Token conventions follow :mod:`attnlib.data`: targets end with ``<eos>``; the decoder's
 first input is ``<bos>``.
@@ -304,3 +306,72 @@ def beam_search(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor | None
         best_rows = torch.arange(B, device=dev) * K + best
         result = history[best_rows]
     return (result[0], best_score[0]) if single else (result, best_score)
+
+
+# ------------------------------------------------------------------ saving and loading
+
+def _attention_config(att: nn.Module) -> dict:
+    from .rnn_attention import AdditiveAttention, LuongAttention
+
+    if isinstance(att, AdditiveAttention):
+        return {"type": "additive", "query_dim": att.query_dim, "key_dim": att.key_dim, "attn_dim": att.W_s.out_features}
+    if isinstance(att, LuongAttention):
+        attn_dim = att.W.out_features if att.method == "concat" else None
+        return {"type": "luong", "query_dim": att.query_dim, "key_dim": att.key_dim, "method": att.method,
+                "attn_dim": attn_dim}
+    raise ValueError(f"save_seq2seq knows AdditiveAttention and LuongAttention, got {type(att).__name__}")
+
+
+def save_seq2seq(model: Seq2Seq, path, src_vocab=None, tgt_vocab=None, **extra) -> None:
+    """Save a :class:`Seq2Seq` to one file: its constructor arguments, weights, vocabularies and ``extra``.
+
+    ``src_vocab`` / ``tgt_vocab`` are :class:`attnlib.Vocab` objects (or None); ``extra`` is
+    JSON-able metadata (the task, measured accuracy). Only plain types are stored, so the file
+    loads with ``torch.load(path, weights_only=True)``. Load it with :func:`load_seq2seq`.
+    """
+    enc, dec = model.encoder, model.decoder
+    config = {
+        "encoder": {"vocab_size": enc.embedding.num_embeddings, "emb_dim": enc.embedding.embedding_dim,
+                    "hidden_dim": enc.hidden_dim, "bidirectional": enc.bidirectional, "num_layers": enc.num_layers,
+                    "dropout": float(enc.rnn.dropout), "pad_id": enc.pad_id},
+        "decoder": {"vocab_size": dec.vocab_size, "emb_dim": dec.embedding.embedding_dim, "hidden_dim": dec.hidden_dim,
+                    "num_layers": dec.num_layers, "dropout": float(dec.dropout)},
+        "attention": _attention_config(dec.attention) if isinstance(dec, AttentionDecoder) else None,
+        "special_ids": {"bos_id": model.bos_id, "eos_id": model.eos_id, "pad_id": model.pad_id},
+    }
+    if isinstance(dec, AttentionDecoder):
+        config["decoder"]["enc_dim"] = dec.enc_dim
+    else:
+        config["decoder"]["context_dim"] = dec.out.in_features - dec.hidden_dim
+    vocabs = {name: None if v is None else {"itos": list(v.itos), "specials": list(v.specials)}
+              for name, v in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab))}
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    torch.save({"config": config, "state_dict": state, "vocabs": vocabs, "extra": dict(extra)}, path)
+
+
+def load_seq2seq(path, map_location="cpu") -> tuple[Seq2Seq, dict]:
+    """Load a model saved with :func:`save_seq2seq`.
+
+    Returns ``(model in eval mode, extra)``; ``extra`` also holds ``"src_vocab"`` and
+    ``"tgt_vocab"`` as :class:`attnlib.Vocab` objects (or None if none were saved).
+    """
+    from .data import Vocab
+    from .rnn_attention import AdditiveAttention, LuongAttention
+
+    blob = torch.load(path, map_location=map_location, weights_only=True)
+    config = blob["config"]
+    encoder = Encoder(**config["encoder"])
+    att = config["attention"]
+    if att is None:
+        decoder = Decoder(**config["decoder"])
+    else:
+        att = dict(att)
+        kind = att.pop("type")
+        module = AdditiveAttention(**att) if kind == "additive" else LuongAttention(**att)
+        decoder = AttentionDecoder(**config["decoder"], attention=module)
+    model = Seq2Seq(encoder, decoder, **config["special_ids"])
+    model.load_state_dict(blob["state_dict"])
+    extra = dict(blob.get("extra", {}))
+    for name, v in blob.get("vocabs", {}).items():
+        extra[name] = None if v is None else Vocab(v["itos"][len(v["specials"]):], specials=v["specials"])
+    return model.eval(), extra

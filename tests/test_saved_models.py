@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import attnlib
-from attnlib import TransformerTagger
+from attnlib import Seq2Seq, TransformerTagger
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
@@ -98,3 +98,50 @@ def test_sort_transformer_padding_does_not_change_real_outputs(sorter):
         with_pads = model(padded, real[:, None, None, :])[:, :5]
     assert torch.allclose(alone, with_pads, atol=1e-5)
     assert alone.argmax(-1).tolist() == [[1, 1, 3, 4, 5]]
+
+
+# --------------------------------------------------------------------------------------------
+# data/date_attention.pt: the date normaliser of notebooks/02_bahdanau_attention.ipynb
+# (an LSTM Seq2Seq with a bidirectional encoder and Bahdanau attention; saved with save_seq2seq)
+# --------------------------------------------------------------------------------------------
+
+DATE_FILE = "date_attention.pt"
+DATE_SEED = 2025  # not a seed the notebook uses (training 1, held-out 2)
+DATE_SIZE = 1000
+DATE_SEQ_TOLERANCE = 0.02  # the binomial noise on 1000 dates at ~99.5% is about 0.002
+DATE_TOKEN_TOLERANCE = 0.005
+
+
+@pytest.fixture(scope="module")
+def dater() -> tuple[Seq2Seq, dict]:
+    return attnlib.load_seq2seq(saved_file(DATE_FILE))
+
+
+def test_date_attention_metadata(dater):
+    model, extra = dater
+    fresh = attnlib.make_dates(5, seed=DATE_SEED)
+    assert extra["src_vocab"].itos == fresh.src_vocab.itos and extra["tgt_vocab"].itos == fresh.tgt_vocab.itos
+    assert extra["task"]["maker"] == "make_dates" and extra["task"]["target"] == "YYYY-MM-DD"
+    assert DATE_SEED not in (extra["task"]["train"]["seed"], extra["task"]["test"]["seed"])
+    assert 0.97 <= extra["test_seq_acc"] <= extra["test_token_acc"] <= 1.0
+    assert set(extra["field_hit_rate"]) == {"year", "month", "day"}
+    assert isinstance(model.decoder, attnlib.AttentionDecoder) and model.encoder.bidirectional
+    assert not model.training
+
+
+def test_date_attention_accuracy_on_fresh_dates(dater):
+    model, extra = dater
+    data = attnlib.make_dates(DATE_SIZE, seed=DATE_SEED)
+    scores = attnlib.evaluate_seq2seq(model, data)
+    assert scores["seq_acc"] >= extra["test_seq_acc"] - DATE_SEQ_TOLERANCE, (scores, extra["test_seq_acc"])
+    assert scores["token_acc"] >= extra["test_token_acc"] - DATE_TOKEN_TOLERANCE, (scores, extra["test_token_acc"])
+
+
+def test_date_attention_reads_the_month_word(dater):
+    model, extra = dater
+    vocab = extra["src_vocab"]
+    text = "friday, july 4 1980"
+    ids, weights = attnlib.greedy_decode(model, torch.tensor([vocab.encode(text)]), max_len=11)
+    assert "".join(extra["tgt_vocab"].decode(ids[0])) == "1980-07-04"
+    month = range(text.index("july"), text.index("july") + 4)
+    assert int(weights[0, 6].argmax()) in month  # the second month digit looks at the word "july"

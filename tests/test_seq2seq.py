@@ -1,9 +1,9 @@
-"""Tests of attnlib/seq2seq.py: shapes, masks, teacher forcing, greedy == beam(1), beam search."""
+"""Tests of attnlib/seq2seq.py: shapes, masks, teacher forcing, greedy == beam(1), beam search, save/load."""
 import pytest
 import torch
 
 from attnlib import (AdditiveAttention, AttentionDecoder, Decoder, Encoder, LuongAttention, Seq2Seq,
-                     beam_search, greedy_decode, make_reversal)
+                     beam_search, greedy_decode, load_seq2seq, make_reversal, save_seq2seq)
 
 V = 13
 
@@ -126,3 +126,47 @@ def test_decoding_restores_training_mode():
     greedy_decode(m, src, mask, max_len=3)
     beam_search(m, src, mask, beam_size=2, max_len=3)
     assert m.training
+
+
+@pytest.mark.parametrize("kind,bidi,layers", [("plain", False, 1), ("plain", True, 2), ("additive", True, 2),
+                                              ("general", False, 1), ("concat", True, 1), ("dot", False, 1)])
+def test_save_load_round_trip_gives_identical_outputs(tmp_path, kind, bidi, layers):
+    m = model(kind, bidi, layers, seed=3)
+    m.decoder.dropout = 0.25  # a non-default setting must survive the trip
+    d = make_reversal(5, (3, 7), seed=0)
+    path = tmp_path / "m.pt"
+    save_seq2seq(m, path, src_vocab=d.src_vocab, tgt_vocab=d.tgt_vocab, test_acc=0.5, task={"name": "reversal"})
+    blob = torch.load(path, weights_only=True)  # plain types only
+    assert set(blob) == {"config", "state_dict", "vocabs", "extra"}
+    loaded, extra = load_seq2seq(path)
+    assert not loaded.training and loaded.decoder.dropout == 0.25
+    assert type(loaded.decoder) is type(m.decoder)
+    assert extra["test_acc"] == 0.5 and extra["task"] == {"name": "reversal"}
+    assert extra["src_vocab"].itos == d.src_vocab.itos and extra["tgt_vocab"].stoi == d.tgt_vocab.stoi
+    m.eval()
+    with torch.no_grad():
+        want_logits, want_w = m(d.src, d.src_mask, d.tgt)
+        got_logits, got_w = loaded(d.src, d.src_mask, d.tgt)
+    assert torch.equal(want_logits, got_logits)
+    assert (want_w is None and got_w is None) or torch.equal(want_w, got_w)
+    assert torch.equal(greedy_decode(m, d.src, d.src_mask)[0], greedy_decode(loaded, d.src, d.src_mask)[0])
+    other = model(kind, bidi, layers, seed=4).eval()  # a different model really differs: the weights were loaded
+    with torch.no_grad():
+        assert not torch.allclose(other(d.src, d.src_mask, d.tgt)[0], got_logits)
+
+
+def test_save_without_vocabs_and_unknown_attention(tmp_path):
+    m = model("additive")
+    save_seq2seq(m, tmp_path / "m.pt")
+    _, extra = load_seq2seq(tmp_path / "m.pt")
+    assert extra == {"src_vocab": None, "tgt_vocab": None}
+
+    class Custom(torch.nn.Module):
+        query_dim, key_dim = 16, 16
+
+        def forward(self, query, keys, mask=None):
+            return keys.mean(1), torch.full(keys.shape[:2], 1.0 / keys.shape[1])
+
+    odd = Seq2Seq(Encoder(V, 8, 16), AttentionDecoder(V, 8, 16, 16, Custom()))
+    with pytest.raises(ValueError, match="Custom"):
+        save_seq2seq(odd, tmp_path / "odd.pt")
