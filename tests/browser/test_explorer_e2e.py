@@ -82,6 +82,9 @@ def lab(chromium_executable, tmp_path_factory):
     notification = Path(env["JUPYTERLAB_SETTINGS_DIR"]) / "@jupyterlab" / "apputils-extension"
     notification.mkdir(parents=True)  # no news toast over the notebook
     (notification / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
+    tracker = Path(env["JUPYTERLAB_SETTINGS_DIR"]) / "@jupyterlab" / "notebook-extension"
+    tracker.mkdir(parents=True)  # attach every cell: the default windowing skips cells out of view, so a long
+    (tracker / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))  # notebook's outputs are not in the DOM
     port, token = free_port(), secrets.token_hex(16)
     log = tmp / "jupyterlab.log"
     cmd = ["timeout", str(LAB_TIMEOUT_S), sys.executable, "-m", "jupyterlab", "--no-browser",
@@ -125,6 +128,9 @@ KERNEL_IDLE = """(name) => {
     return !!kernel && w.context.path.endsWith(name) && kernel.connectionStatus === 'connected'
         && kernel.status === 'idle';
 }"""
+
+ALL_RAN = """() => window.jupyterapp.shell.currentWidget.content.widgets
+    .every((c) => c.model.type !== 'code' || c.model.executionCount !== null)"""
 
 MARK_CHECKER = """(marker) => {
     const cells = window.jupyterapp.shell.currentWidget.content.widgets;
@@ -170,6 +176,9 @@ def test_explorer_in_jupyterlab(lab, browser_context, artifacts):
         explorer.wait_for(state="visible", timeout=90_000)
         page.wait_for_function("() => /selected=None/.test(document.querySelector('[data-e2e=checker] .jp-OutputArea')"
                                "?.innerText || '')", timeout=60_000)
+        # Idle between two cells is not the end of "Run All": wait until every code cell has run, else the
+        # widget's updates queue behind the remaining cells and reach the kernel after the checker re-runs.
+        page.wait_for_function(ALL_RAN, timeout=90_000)
         page.wait_for_function(KERNEL_IDLE, arg=NOTEBOOK, timeout=30_000)
         t_ran = time.monotonic()
         explorer.scroll_into_view_if_needed()
