@@ -2,10 +2,11 @@
 
     python tools/execute_notebooks.py [notebooks/0*.ipynb ...]
 
-The stored outputs are exactly what this execution produced. Widget state is not stored:
-a saved widget view would need require.js and anywidget from a CDN to render outside a
-live kernel, so the widgets' own static preview (text/html) is what GitHub and nbconvert
-show instead.
+The stored outputs are exactly what this execution produced. Widget state is dropped from
+the saved notebook: a saved widget view would need require.js and anywidget from a CDN to
+render outside a live kernel, so the widgets' own static preview (text/html) is what GitHub
+and nbconvert show instead. (Execution itself keeps nbclient's default of recording widget
+state, because its Output-widget capture fails without it.)
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def cpu_seconds() -> float:
 def execute(path: Path) -> tuple[float, float]:
     nb = nbformat.read(path, as_version=4)
     nb.metadata.pop("widgets", None)
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", store_widget_state=False, record_timing=False,
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=False,
                             resources={"metadata": {"path": str(path.parent)}})
     wall, cpu = time.perf_counter(), cpu_seconds()
     client.execute()
