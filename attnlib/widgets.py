@@ -52,6 +52,8 @@ import numpy as np
 import torch
 import traitlets
 
+from .plotting import _to_numpy
+
 __all__ = ["AttentionHeatmap", "AttentionExplorer"]
 
 _STATIC = pathlib.Path(__file__).parent / "static"
@@ -60,15 +62,6 @@ ROW_SUM_TOL = 1e-3  # |row sum - 1| allowed for softmax weights (half precision:
 
 class _OutOfRange(ValueError, traitlets.TraitError):
     """A bad ``selected``/``layer``/``head``: a ValueError that traitlets also rolls back."""
-
-
-def _to_numpy(x: Any, name: str) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        return x.detach().to("cpu", torch.float64).numpy()
-    try:
-        return np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be a torch.Tensor or a NumPy array of numbers, got {type(x).__name__}") from err
 
 
 def _row_tolerance(x: Any) -> float:
