@@ -13,7 +13,7 @@ from .transformer import FeedForward, TransformerBlock, TransformerEncoder
 from .data import Batch, Seq2SeqData, Vocab, batches, format_date, make_copy, make_dates, make_reversal, make_sorting
 from .rnn_attention import AdditiveAttention, LuongAttention, masked_softmax
 from .seq2seq import AttentionDecoder, Decoder, DecoderState, Encoder, Seq2Seq, beam_search, greedy_decode, load_seq2seq, save_seq2seq
-from .training import History, evaluate_seq2seq, sequence_accuracy, teacher_forcing_ratio, token_accuracy, train_seq2seq
+from .training import History, evaluate_seq2seq, progress_bar, sequence_accuracy, teacher_forcing_ratio, token_accuracy, train_seq2seq
 from .minilm import MiniLM, MiniLMOutput, WordPieceTokenizer, load_minilm
 from .plotting import plot_curves, plot_heads, plot_heatmap
 from .widgets import AttentionExplorer, AttentionHeatmap

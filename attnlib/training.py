@@ -1,7 +1,8 @@
-"""Training helpers: reproducibility, device choice, seq2seq metrics, a History of metrics,
-and a small training loop for :class:`attnlib.Seq2Seq` (Adam + one-cycle LR + clipping)."""
+"""Training helpers: reproducibility, device choice, progress bars, seq2seq metrics, a History
+of metrics, and a small training loop for :class:`attnlib.Seq2Seq` (Adam + one-cycle LR + clipping)."""
 from __future__ import annotations
 
+import functools
 import os
 import random
 from typing import Sequence
@@ -23,6 +24,48 @@ def seed_everything(seed: int = 0) -> int:
 def get_device() -> torch.device:
     """CUDA when a GPU is present, else the CPU. Nothing in the series requires a GPU."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+# ------------------------------------------------------------------ progress bars
+
+def progress_bar(iterable=None, **kwargs):
+    """A ``tqdm.auto`` progress bar whose *saved* notebook output shows how far it got.
+
+    In a notebook, tqdm draws a widget, and a notebook saved after execution keeps only the
+    text the widget showed when it appeared (``0%|          | 0/12``), although the loop ran
+    to the end. This bar is displayed with a display id and, when it closes, rewrites that
+    output with its final state (``100%|##########| 12/12 [00:05<00:00, ...]``); a bar with
+    ``leave=False`` rewrites it as empty, so it vanishes from the saved file as it does from
+    the screen. Outside a notebook it is plain tqdm. Takes tqdm's arguments (``desc``,
+    ``total``, ``leave``, ``disable``, ...).
+    """
+    from tqdm.auto import tqdm
+    from tqdm.autonotebook import tqdm as chosen
+    from tqdm.std import tqdm as console
+
+    if chosen is console:  # a terminal or a script: nothing is saved
+        return tqdm(iterable, **kwargs)
+    return _notebook_bar_class(tqdm)(iterable, **kwargs)
+
+
+@functools.cache
+def _notebook_bar_class(base: type) -> type:
+    from IPython.display import display
+
+    class NotebookBar(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, display=False, **kwargs)  # shown below, with a display id
+            self._handle = None if self.disable else display(self.container, display_id=True)
+
+        def close(self):
+            super().close()
+            handle, self._handle = getattr(self, "_handle", None), None
+            if handle is not None and self.leave:
+                handle.update(self.container)  # the saved output: the final bar
+            elif handle is not None:
+                handle.update({"text/plain": ""}, raw=True)  # leave=False: nothing
+
+    return NotebookBar
 
 
 # ------------------------------------------------------------------ metrics
@@ -168,8 +211,6 @@ def train_seq2seq(model, train_data, epochs: int, lr: float = 2e-3, batch_size: 
     Returns a History with ``epoch``, ``loss``, ``token_acc`` (training, teacher-forced
     inputs), ``lr``, ``teacher_forcing`` and the eval metrics.
     """
-    from tqdm.auto import tqdm
-
     from .data import batches
 
     if schedule not in ("onecycle", "constant"):
@@ -183,7 +224,7 @@ def train_seq2seq(model, train_data, epochs: int, lr: float = 2e-3, batch_size: 
     scheduler = (torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=epochs * steps)
                  if schedule == "onecycle" else None)
     history = History()
-    bar = tqdm(range(1, epochs + 1), desc="training", disable=not progress)
+    bar = progress_bar(range(1, epochs + 1), desc="training", disable=not progress)
     for epoch in bar:
         ratio = (teacher_forcing_ratio(epoch - 1, *teacher_forcing) if isinstance(teacher_forcing, tuple)
                  else float(teacher_forcing))

@@ -1,4 +1,5 @@
-"""Tests of attnlib/training.py: metrics on hand-checked examples, schedules, History, and that training learns."""
+"""Tests of attnlib/training.py: metrics on hand-checked examples, schedules, History, progress bars, and that
+training learns."""
 import matplotlib
 import pytest
 import torch
@@ -6,8 +7,8 @@ import torch
 matplotlib.use("Agg")
 
 from attnlib import (AdditiveAttention, AttentionDecoder, Encoder, History, Seq2Seq, evaluate_seq2seq,
-                     make_reversal, seed_everything, sequence_accuracy, teacher_forcing_ratio, token_accuracy,
-                     train_seq2seq)
+                     make_reversal, progress_bar, seed_everything, sequence_accuracy, teacher_forcing_ratio,
+                     token_accuracy, train_seq2seq)
 
 
 def test_accuracies_hand_checked():
@@ -61,3 +62,31 @@ def test_tiny_reversal_model_learns():
     assert after == pytest.approx({"token_acc": h["eval_token_acc"][-1], "seq_acc": h["eval_seq_acc"][-1]})
     beam = evaluate_seq2seq(m, train, beam_size=3)
     assert beam["token_acc"] > 0.9
+
+
+def test_progress_bar_is_plain_tqdm_outside_a_notebook():
+    from tqdm.std import tqdm as console_tqdm
+
+    bar = progress_bar(range(3), desc="x", disable=True)
+    assert isinstance(bar, console_tqdm) and list(bar) == [0, 1, 2]
+
+
+def test_progress_bar_saved_output_shows_the_final_state():
+    """Run a real kernel: the saved output of a finished bar reads 100%; plain tqdm's reads 0%."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    nb.cells = [
+        nbformat.v4.new_code_cell("import attnlib\nfor _ in attnlib.progress_bar(range(5), desc='outer'):\n"
+                                  "    for _ in attnlib.progress_bar(range(3), desc='inner', leave=False):\n"
+                                  "        pass"),
+        nbformat.v4.new_code_cell("from tqdm.auto import tqdm\nfor _ in tqdm(range(4), desc='plain'):\n    pass"),
+    ]
+    NotebookClient(nb, kernel_name="python3", timeout=60).execute()
+    ours = [o["data"]["text/plain"] for o in nb.cells[0].outputs]
+    plain = [o["data"]["text/plain"] for o in nb.cells[1].outputs]
+    assert ours[0].startswith("outer: 100%|") and "5/5" in ours[0]
+    assert ours[1:] == [""] * 5  # leave=False: each inner bar's output is emptied
+    assert plain[0].startswith("plain:   0%|")  # what a saved notebook kept before: the bar as it appeared
