@@ -44,7 +44,8 @@ class _RNNAttention(nn.Module):
         return keys
 
     def score(self, query: torch.Tensor, keys_proj: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """Scores ``(B, L)`` of ``query (B, Dq)`` against the projected keys; each score class defines it."""
+        raise NotImplementedError(f"{type(self).__name__} must define score()")
 
     def _check(self, query, keys, mask, keys_proj) -> None:
         check_tensor("query", query, ndim=2)

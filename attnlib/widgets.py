@@ -218,7 +218,8 @@ class _AttentionWidget(anywidget.AnyWidget):
         return i
 
     def _current(self) -> tuple[np.ndarray, str]:
-        raise NotImplementedError
+        """The map on display ``(Lq, Lk)`` and its caption, for the static preview; each widget defines it."""
+        raise NotImplementedError(f"{type(self).__name__} must define _current()")
 
     def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict, dict] | None:
         bundle = super()._repr_mimebundle_(**kwargs)
