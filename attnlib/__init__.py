@@ -17,5 +17,7 @@ from .training import History, evaluate_seq2seq, progress_bar, sequence_accuracy
 from .minilm import MiniLM, MiniLMOutput, WordPieceTokenizer, load_minilm
 from .plotting import plot_curves, plot_heads, plot_heatmap
 from .widgets import AttentionExplorer, AttentionHeatmap
+from .paths import model_path, save_path
+from .exercises import check
 
 __version__ = "0.1.0"
