@@ -44,79 +44,29 @@ measured on the warm-up call, which is not timed, because profiling slows calls 
 """
 from __future__ import annotations
 
-import contextlib
-import os
 import platform
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
-from torch.profiler import ProfilerActivity, profile
 
 import attnlib
+from attnlib.gqa import GroupedQueryAttention
+from attnlib.measure import interleaved_times, peak_extra_mb
 from attnlib.multihead import fused_attention
-
-try:  # the profiler's event tree; the public API only exposes per-op totals
-    from torch._C._profiler import _EventType
-except ImportError:  # pragma: no cover - very old or very new PyTorch
-    _EventType = None
+from attnlib.tiled import tiled_attention
 
 LENGTHS = (256, 512, 1024, 2048)
 CAUSAL_MAX_N = 1024
 BATCH, HEADS, D_HEAD = 8, 8, 64
 MHA_N, MHA_D, MHA_HEADS, MHA_BATCH = 1024, 512, 8, 4
-
-
-@contextlib.contextmanager
-def quiet_stderr():
-    """Silence file descriptor 2 (the profiler's C++ start/stop chatter) for the duration of the block."""
-    saved = os.dup(2)
-    with open(os.devnull, "w") as devnull:
-        os.dup2(devnull.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-
-
-def peak_extra_mb(fn):
-    """Call ``fn()`` once; return (peak MB allocated by PyTorch above the level before the call, its output)."""
-    if _EventType is None:
-        return float("nan"), fn()
-    with quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        out = fn()
-    events = []
-
-    def walk(event):
-        if event.tag == _EventType.Allocation:
-            events.append((event.start_time_ns, event.extra_fields.alloc_size))  # size < 0 for a free
-        for child in event.children:
-            walk(child)
-
-    for root in prof.profiler.kineto_results.experimental_event_tree():
-        walk(root)
-    level = peak = 0
-    for _, size in sorted(events):
-        level += size
-        peak = max(peak, level)
-    return peak / 2**20, out
-
-
-def interleaved_times(fns: dict, rounds: int) -> dict[str, list[float]]:
-    """Call every function once per round, rotating the order; return the seconds of each call.
-
-    The caller has called each function once already (a warm-up), so first-call costs are not measured.
-    """
-    names = list(fns)
-    times = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[: r % len(names)]:
-            start = time.perf_counter()
-            fns[name]()
-            times[name].append(time.perf_counter() - start)
-    return times
+SCALE_LENGTHS = (256, 512, 1024, 2048)
+SCALE_BATCH, SCALE_HEADS, BLOCK = 1, 8, 128
+GQA_KV_HEADS = (8, 2, 1)
+PLOT_DIR = Path(tempfile.gettempdir()) / "attnlib-benchmark"  # outside the repository
 
 
 def ratio(times: dict, name: str, reference: str) -> float:
@@ -189,12 +139,94 @@ def multihead_table() -> None:
               flush=True)
 
 
+def scale_table() -> dict:
+    """Table 3: the tiled (online-softmax) attention and grouped-query attention against N."""
+    print(f"\nTable 3: attention at scale, causal, batch {SCALE_BATCH}, {SCALE_HEADS} heads, d_head {D_HEAD}, fp32; "
+          f"tiled = attnlib.tiled_attention(block_size={BLOCK}).\n"
+          f"GQA = attnlib GroupedQueryAttention(d_model {SCALE_HEADS * D_HEAD}, {SCALE_HEADS} query heads, g key/value "
+          "heads, need_weights=False), the whole layer; 'KV MB' = the K and V it would cache for N tokens.\n")
+    header = (f"{'N':>5} | {'fused ms':>8} {'tiled/fused':>11} {'teaching/fused':>14} | "
+              f"{'peak extra MB: teaching':>23} {'tiled':>6} {'fused':>6} | "
+              + " ".join(f"{f'GQA g={g} ms':>11}" for g in GQA_KV_HEADS) + " | "
+              + " ".join(f"{f'g={g} MB':>7} {'KV MB':>6}" for g in GQA_KV_HEADS))
+    print(header)
+    print("-" * len(header))
+    g_ = torch.Generator().manual_seed(0)
+    d_model = SCALE_HEADS * D_HEAD
+    layers = {}
+    for g in GQA_KV_HEADS:
+        torch.manual_seed(0)
+        layers[g] = GroupedQueryAttention(d_model, SCALE_HEADS, g).eval()
+    results = {"N": [], "teaching": [], "tiled": [], "fused": [], "t_teaching": [], "t_tiled": [], "t_fused": []}
+    for n in SCALE_LENGTHS:
+        q, k, v = (torch.randn(SCALE_BATCH, SCALE_HEADS, n, D_HEAD, generator=g_) for _ in range(3))
+        x = torch.randn(SCALE_BATCH, n, d_model, generator=g_)
+        mask = attnlib.causal_mask(n)
+        fns = {
+            "teaching": lambda: attnlib.scaled_dot_product_attention(q, k, v, mask)[0],
+            "tiled": lambda: tiled_attention(q, k, v, causal=True, block_size=BLOCK),
+            "fused": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+        }
+        gqa_fns = {g: (lambda layer=layer: layer(x, x, x, mask=mask, need_weights=False)[0])
+                   for g, layer in layers.items()}
+        with torch.no_grad():
+            memory, outputs = {}, {}
+            for name, fn in {**fns, **gqa_fns}.items():  # one profiled call each: memory, warm-up, correctness
+                memory[name], outputs[name] = peak_extra_mb(fn)
+            assert torch.allclose(outputs["tiled"], outputs["fused"], atol=1e-4)
+            assert torch.allclose(outputs["teaching"], outputs["fused"], atol=1e-4)
+            del outputs
+            rounds = 6 if n <= 1024 else 3
+            times = interleaved_times(fns, rounds=rounds)
+            gqa_times = interleaved_times(gqa_fns, rounds=rounds)
+        kv_mb = {g: 2 * n * g * D_HEAD * 4 * SCALE_BATCH / 2**20 for g in GQA_KV_HEADS}  # K and V, fp32
+        print(f"{n:>5} | {statistics.median(times['fused']) * 1e3:>8.1f} {ratio(times, 'tiled', 'fused'):>10.2f}x "
+              f"{ratio(times, 'teaching', 'fused'):>13.2f}x | {memory['teaching']:>23,.1f} {memory['tiled']:>6,.1f} "
+              f"{memory['fused']:>6,.1f} | "
+              + " ".join(f"{statistics.median(gqa_times[g]) * 1e3:>11.1f}" for g in GQA_KV_HEADS) + " | "
+              + " ".join(f"{memory[g]:>7,.1f} {kv_mb[g]:>6,.2f}" for g in GQA_KV_HEADS), flush=True)
+        results["N"].append(n)
+        for name in fns:
+            results[name].append(memory[name])
+            results[f"t_{name}"].append(statistics.median(times[name]))
+    print("\nThe tiled version is a Python loop over (block x block) tiles: each tile is a separate PyTorch call that\n"
+          "reads its blocks of q, k, v from memory and writes a small result back, so it pays call overhead and\n"
+          "memory traffic on every tile. Its point is memory. The fused kernel runs the same kind of loop inside one call.")
+    return results
+
+
+def save_plot(results: dict) -> Path | None:
+    """Peak memory and time against N on log-log axes, saved outside the repository; None without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for name in ("teaching", "tiled", "fused"):
+        axes[0].loglog(results["N"], results[name], marker="o", label=name)
+        axes[1].loglog(results["N"], [t * 1e3 for t in results[f"t_{name}"]], marker="o", label=name)
+    axes[0].set(xlabel="N (tokens)", ylabel="peak extra MB", title="memory, causal attention")
+    axes[1].set(xlabel="N (tokens)", ylabel="median ms", title="time, causal attention")
+    for ax in axes:
+        ax.legend()
+    fig.tight_layout()
+    PLOT_DIR.mkdir(parents=True, exist_ok=True)
+    path = PLOT_DIR / "attention_scale.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main() -> None:
     print(f"python {platform.python_version()}, torch {torch.__version__}, attnlib {attnlib.__version__}, "
           f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}\n")
     start = time.perf_counter()
     attention_table()
     multihead_table()
+    path = save_plot(scale_table())
+    print(f"\nplot of table 3 saved to {path}" if path else "\n(matplotlib missing: no plot)")
     print(f"\n(total {time.perf_counter() - start:.0f} s)")
 
 
