@@ -1,7 +1,8 @@
 """How much do the readable attention and attnlib's fast path cost, next to PyTorch's fused kernel?
 
 Run it with ``make benchmark`` (or ``python benchmarks/attention_benchmark.py``); it prints
-two tables in under a minute on a quiet 2-core CPU (about two minutes on a busy one).
+three tables in a few minutes on a quiet 2-core CPU (one run on a heavily shared one took 12 minutes),
+and saves a plot of table 3 outside the repository (the path is printed).
 
 Table 1: attention alone, batch 8, 8 heads, d_head 64, fp32, at N = 256 ... 2048 tokens,
 without a mask, and with a causal (bool) mask up to N = 1024. Three implementations get the same q, k, v
@@ -27,16 +28,25 @@ difference, so attnlib keeps its three readable projections). Under ``no_grad`` 
 native path was slower and held about 150 MB instead of 40 MB, which is the size of the
 (B, h, N, N) score matrix: it seems to store the scores that the fused kernel avoids.
 
+Table 3 (notebook 12): causal attention at batch 1, 8 heads, d_head 64, N = 256 ... 2048, for the
+teaching version, ``attnlib.tiled_attention`` (online softmax over 128 x 128 tiles, a Python loop) and
+the fused kernel: time ratio to fused and peak extra memory. Beside them, a whole
+``GroupedQueryAttention`` layer (d_model 512, 8 query heads) with g = 8, 2 and 1 key/value heads:
+its time, its peak memory, and the size of the K and V it would cache for N tokens (2 * N * g * d_head
+* 4 bytes). The tiled version's memory grows like N, the teaching version's like N^2; the tiled version
+is slower than the fused kernel, because each tile is several separate PyTorch calls with their own
+memory round trips, where the fused kernel keeps the tile in cache inside one call.
+
 How time is measured. The machine may be shared and noisy, so every implementation is
 warmed up once, then the implementations are run in *interleaved rounds* (one call of each
 per round, in a rotating order), and we report the median time and the median over rounds
 of the per-round ratio to the reference. Ratios of calls made seconds apart are far more
 stable than absolute times. Timings use ``time.perf_counter`` around one call.
 
-How memory is measured. "Peak extra MB" is the largest amount of memory PyTorch's CPU
-allocator held *on top of what existed before the call*, at any moment during the call
-(the returned tensors included). It comes from ``torch.profiler`` with
-``profile_memory=True``: the profiler records every CPU tensor allocation and free with
+How memory is measured (``attnlib.measure.peak_extra_mb``, which notebook 12 uses too). "Peak
+extra MB" is the largest amount of memory PyTorch's CPU allocator held *on top of what existed
+before the call*, at any moment during the call (the returned tensors included). It comes from
+``torch.profiler`` with ``profile_memory=True``: the profiler records every CPU tensor allocation and free with
 its size and time; summing them in time order gives the allocated bytes over time, whose
 maximum is the peak. This counts tensor memory exactly, but not memory that a library
 (oneDNN, OpenMP) allocates outside PyTorch's allocator, nor the process RSS. It is
