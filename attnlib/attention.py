@@ -108,3 +108,16 @@ def padding_mask(
             f"every length must be between 0 and max_len={max_len}, got {lengths.tolist()}"
         )
     return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
+
+
+def sliding_window_mask(n: int, window: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """An ``(n, n)`` bool mask, True where ``0 <= i - j < window``: token i sees itself and the window - 1 before it.
+
+    ``window >= n`` gives the causal mask. Each row has at most ``window`` True entries, so the
+    mask has about ``n * window`` of them instead of the causal ``n (n + 1) / 2``.
+    """
+    for name, value in (("n", n), ("window", window)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"sliding_window_mask needs a positive int {name}, got {value!r}")
+    offset = torch.arange(n, device=device)[:, None] - torch.arange(n, device=device)[None, :]  # (n, n): i - j
+    return (offset >= 0) & (offset < window)

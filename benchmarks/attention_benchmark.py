@@ -1,7 +1,8 @@
 """How much do the readable attention and attnlib's fast path cost, next to PyTorch's fused kernel?
 
 Run it with ``make benchmark`` (or ``python benchmarks/attention_benchmark.py``); it prints
-two tables in under a minute on a quiet 2-core CPU (about two minutes on a busy one).
+three tables in a few minutes on a quiet 2-core CPU (one run on a heavily shared one took 12 minutes),
+and saves a plot of table 3 outside the repository (the path is printed).
 
 Table 1: attention alone, batch 8, 8 heads, d_head 64, fp32, at N = 256 ... 2048 tokens,
 without a mask, and with a causal (bool) mask up to N = 1024. Three implementations get the same q, k, v
@@ -27,16 +28,25 @@ difference, so attnlib keeps its three readable projections). Under ``no_grad`` 
 native path was slower and held about 150 MB instead of 40 MB, which is the size of the
 (B, h, N, N) score matrix: it seems to store the scores that the fused kernel avoids.
 
+Table 3 (notebook 12): causal attention at batch 1, 8 heads, d_head 64, N = 256 ... 2048, for the
+teaching version, ``attnlib.tiled_attention`` (online softmax over 128 x 128 tiles, a Python loop) and
+the fused kernel: time ratio to fused and peak extra memory. Beside them, a whole
+``GroupedQueryAttention`` layer (d_model 512, 8 query heads) with g = 8, 2 and 1 key/value heads:
+its time, its peak memory, and the size of the K and V it would cache for N tokens (2 * N * g * d_head
+* 4 bytes). The tiled version's memory grows like N, the teaching version's like N^2; the tiled version
+is slower than the fused kernel, because each tile is several separate PyTorch calls with their own
+memory round trips, where the fused kernel keeps the tile in cache inside one call.
+
 How time is measured. The machine may be shared and noisy, so every implementation is
 warmed up once, then the implementations are run in *interleaved rounds* (one call of each
 per round, in a rotating order), and we report the median time and the median over rounds
 of the per-round ratio to the reference. Ratios of calls made seconds apart are far more
 stable than absolute times. Timings use ``time.perf_counter`` around one call.
 
-How memory is measured. "Peak extra MB" is the largest amount of memory PyTorch's CPU
-allocator held *on top of what existed before the call*, at any moment during the call
-(the returned tensors included). It comes from ``torch.profiler`` with
-``profile_memory=True``: the profiler records every CPU tensor allocation and free with
+How memory is measured (``attnlib.measure.peak_extra_mb``, which notebook 12 uses too). "Peak
+extra MB" is the largest amount of memory PyTorch's CPU allocator held *on top of what existed
+before the call*, at any moment during the call (the returned tensors included). It comes from
+``torch.profiler`` with ``profile_memory=True``: the profiler records every CPU tensor allocation and free with
 its size and time; summing them in time order gives the allocated bytes over time, whose
 maximum is the peak. This counts tensor memory exactly, but not memory that a library
 (oneDNN, OpenMP) allocates outside PyTorch's allocator, nor the process RSS. It is
@@ -44,79 +54,29 @@ measured on the warm-up call, which is not timed, because profiling slows calls 
 """
 from __future__ import annotations
 
-import contextlib
-import os
 import platform
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
-from torch.profiler import ProfilerActivity, profile
 
 import attnlib
+from attnlib.gqa import GroupedQueryAttention
+from attnlib.measure import interleaved_times, peak_extra_mb
 from attnlib.multihead import fused_attention
-
-try:  # the profiler's event tree; the public API only exposes per-op totals
-    from torch._C._profiler import _EventType
-except ImportError:  # pragma: no cover - very old or very new PyTorch
-    _EventType = None
+from attnlib.tiled import tiled_attention
 
 LENGTHS = (256, 512, 1024, 2048)
 CAUSAL_MAX_N = 1024
 BATCH, HEADS, D_HEAD = 8, 8, 64
 MHA_N, MHA_D, MHA_HEADS, MHA_BATCH = 1024, 512, 8, 4
-
-
-@contextlib.contextmanager
-def quiet_stderr():
-    """Silence file descriptor 2 (the profiler's C++ start/stop chatter) for the duration of the block."""
-    saved = os.dup(2)
-    with open(os.devnull, "w") as devnull:
-        os.dup2(devnull.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-
-
-def peak_extra_mb(fn):
-    """Call ``fn()`` once; return (peak MB allocated by PyTorch above the level before the call, its output)."""
-    if _EventType is None:
-        return float("nan"), fn()
-    with quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        out = fn()
-    events = []
-
-    def walk(event):
-        if event.tag == _EventType.Allocation:
-            events.append((event.start_time_ns, event.extra_fields.alloc_size))  # size < 0 for a free
-        for child in event.children:
-            walk(child)
-
-    for root in prof.profiler.kineto_results.experimental_event_tree():
-        walk(root)
-    level = peak = 0
-    for _, size in sorted(events):
-        level += size
-        peak = max(peak, level)
-    return peak / 2**20, out
-
-
-def interleaved_times(fns: dict, rounds: int) -> dict[str, list[float]]:
-    """Call every function once per round, rotating the order; return the seconds of each call.
-
-    The caller has called each function once already (a warm-up), so first-call costs are not measured.
-    """
-    names = list(fns)
-    times = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[: r % len(names)]:
-            start = time.perf_counter()
-            fns[name]()
-            times[name].append(time.perf_counter() - start)
-    return times
+SCALE_LENGTHS = (256, 512, 1024, 2048)
+SCALE_BATCH, SCALE_HEADS, BLOCK = 1, 8, 128
+GQA_KV_HEADS = (8, 2, 1)
+PLOT_DIR = Path(tempfile.gettempdir()) / "attnlib-benchmark"  # outside the repository
 
 
 def ratio(times: dict, name: str, reference: str) -> float:
@@ -189,12 +149,94 @@ def multihead_table() -> None:
               flush=True)
 
 
+def scale_table() -> dict:
+    """Table 3: the tiled (online-softmax) attention and grouped-query attention against N."""
+    print(f"\nTable 3: attention at scale, causal, batch {SCALE_BATCH}, {SCALE_HEADS} heads, d_head {D_HEAD}, fp32; "
+          f"tiled = attnlib.tiled_attention(block_size={BLOCK}).\n"
+          f"GQA = attnlib GroupedQueryAttention(d_model {SCALE_HEADS * D_HEAD}, {SCALE_HEADS} query heads, g key/value "
+          "heads, need_weights=False), the whole layer; 'KV MB' = the K and V it would cache for N tokens.\n")
+    header = (f"{'N':>5} | {'fused ms':>8} {'tiled/fused':>11} {'teaching/fused':>14} | "
+              f"{'peak extra MB: teaching':>23} {'tiled':>6} {'fused':>6} | "
+              + " ".join(f"{f'GQA g={g} ms':>11}" for g in GQA_KV_HEADS) + " | "
+              + " ".join(f"{f'g={g} MB':>7} {'KV MB':>6}" for g in GQA_KV_HEADS))
+    print(header)
+    print("-" * len(header))
+    g_ = torch.Generator().manual_seed(0)
+    d_model = SCALE_HEADS * D_HEAD
+    layers = {}
+    for g in GQA_KV_HEADS:
+        torch.manual_seed(0)
+        layers[g] = GroupedQueryAttention(d_model, SCALE_HEADS, g).eval()
+    results = {"N": [], "teaching": [], "tiled": [], "fused": [], "t_teaching": [], "t_tiled": [], "t_fused": []}
+    for n in SCALE_LENGTHS:
+        q, k, v = (torch.randn(SCALE_BATCH, SCALE_HEADS, n, D_HEAD, generator=g_) for _ in range(3))
+        x = torch.randn(SCALE_BATCH, n, d_model, generator=g_)
+        mask = attnlib.causal_mask(n)
+        fns = {
+            "teaching": lambda: attnlib.scaled_dot_product_attention(q, k, v, mask)[0],
+            "tiled": lambda: tiled_attention(q, k, v, causal=True, block_size=BLOCK),
+            "fused": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+        }
+        gqa_fns = {g: (lambda layer=layer: layer(x, x, x, mask=mask, need_weights=False)[0])
+                   for g, layer in layers.items()}
+        with torch.no_grad():
+            memory, outputs = {}, {}
+            for name, fn in {**fns, **gqa_fns}.items():  # one profiled call each: memory, warm-up, correctness
+                memory[name], outputs[name] = peak_extra_mb(fn)
+            assert torch.allclose(outputs["tiled"], outputs["fused"], atol=1e-4)
+            assert torch.allclose(outputs["teaching"], outputs["fused"], atol=1e-4)
+            del outputs
+            rounds = 6 if n <= 1024 else 3
+            times = interleaved_times(fns, rounds=rounds)
+            gqa_times = interleaved_times(gqa_fns, rounds=rounds)
+        kv_mb = {g: 2 * n * g * D_HEAD * 4 * SCALE_BATCH / 2**20 for g in GQA_KV_HEADS}  # K and V, fp32
+        print(f"{n:>5} | {statistics.median(times['fused']) * 1e3:>8.1f} {ratio(times, 'tiled', 'fused'):>10.2f}x "
+              f"{ratio(times, 'teaching', 'fused'):>13.2f}x | {memory['teaching']:>23,.1f} {memory['tiled']:>6,.1f} "
+              f"{memory['fused']:>6,.1f} | "
+              + " ".join(f"{statistics.median(gqa_times[g]) * 1e3:>11.1f}" for g in GQA_KV_HEADS) + " | "
+              + " ".join(f"{memory[g]:>7,.1f} {kv_mb[g]:>6,.2f}" for g in GQA_KV_HEADS), flush=True)
+        results["N"].append(n)
+        for name in fns:
+            results[name].append(memory[name])
+            results[f"t_{name}"].append(statistics.median(times[name]))
+    print("\nThe tiled version is a Python loop over (block x block) tiles: each tile is a separate PyTorch call that\n"
+          "reads its blocks of q, k, v from memory and writes a small result back, so it pays call overhead and\n"
+          "memory traffic on every tile. Its point is memory. The fused kernel runs the same kind of loop inside one call.")
+    return results
+
+
+def save_plot(results: dict) -> Path | None:
+    """Peak memory and time against N on log-log axes, saved outside the repository; None without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for name in ("teaching", "tiled", "fused"):
+        axes[0].loglog(results["N"], results[name], marker="o", label=name)
+        axes[1].loglog(results["N"], [t * 1e3 for t in results[f"t_{name}"]], marker="o", label=name)
+    axes[0].set(xlabel="N (tokens)", ylabel="peak extra MB", title="memory, causal attention")
+    axes[1].set(xlabel="N (tokens)", ylabel="median ms", title="time, causal attention")
+    for ax in axes:
+        ax.legend()
+    fig.tight_layout()
+    PLOT_DIR.mkdir(parents=True, exist_ok=True)
+    path = PLOT_DIR / "attention_scale.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main() -> None:
     print(f"python {platform.python_version()}, torch {torch.__version__}, attnlib {attnlib.__version__}, "
           f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}\n")
     start = time.perf_counter()
     attention_table()
     multihead_table()
+    path = save_plot(scale_table())
+    print(f"\nplot of table 3 saved to {path}" if path else "\n(matplotlib missing: no plot)")
     print(f"\n(total {time.perf_counter() - start:.0f} s)")
 
 
