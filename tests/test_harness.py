@@ -204,3 +204,40 @@ def test_install_folders_cover_macos_windows_and_snap():
     assert "/snap/bin/chromium" in places
     assert any(p.endswith("chrome.exe") and "Program Files" in p for p in places)
     assert any(p.endswith("chrome.exe") and "AppData" in p for p in places)
+
+
+# --- .ci/run leaves no trace ---------------------------------------------------------------
+
+def ci_run_with_fake_make(tmp_path: Path, test_recipe: str) -> subprocess.CompletedProcess:
+    """Run .ci/run in a scratch git repository whose `make test` is ``test_recipe`` (a shell snippet)."""
+    repo = tmp_path / "repo"
+    (repo / ".ci").mkdir(parents=True)
+    (repo / "data").mkdir()
+    shutil.copy(ROOT / ".ci" / "run", repo / ".ci" / "run")
+    shutil.copy(ROOT / ".gitignore", repo / ".gitignore")
+    (repo / "data" / "model.pt").write_bytes(b"committed")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    make = bin_dir / "make"
+    make.write_text(f'#!/bin/sh\nif [ "$1" = test ]; then {test_recipe}; fi\nexit 0\n')
+    make.chmod(0o755)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "x"], check=True)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "CHROMIUM_PATH": sys.executable}
+    return subprocess.run(["bash", str(repo / ".ci" / "run")], capture_output=True, text=True, env=env)
+
+
+@pytest.mark.skipif(shutil.which("git") is None or shutil.which("bash") is None, reason="needs git and bash")
+@pytest.mark.parametrize("recipe, ok, says", [
+    ("mkdir -p test-artifacts .pytest_cache tests/__pycache__ && touch test-artifacts/a.png tests/__pycache__/x.pyc",
+     True, "left the working tree clean"),
+    ("echo retrained > data/model.pt", False, "changed the working tree"),
+    ("touch data/new.pt", False, "changed the working tree"),
+    ("mkdir -p build && touch build/x", False, "wrote ignored files other than"),
+])
+def test_ci_run_fails_when_make_test_leaves_a_trace(tmp_path, recipe, ok, says):
+    out = ci_run_with_fake_make(tmp_path, recipe)
+    assert (out.returncode == 0) == ok, out.stdout + out.stderr
+    assert says in out.stdout + out.stderr
