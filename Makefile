@@ -56,10 +56,15 @@ benchmark: install
 models: install
 	$(PY) tools/execute_notebooks.py notebooks/02_bahdanau_attention.ipynb notebooks/07_transformer_block.ipynb
 
+## The lock is made with the CPU build of torch (so no NVIDIA package is pinned) and lists
+## setuptools too (torch needs it at run time; a plain `pip freeze` leaves it out).
 lock:
+	@$(PYTHON) tools/check_python.py
 	rm -rf /tmp/attn-lock-venv && $(PYTHON) -m venv /tmp/attn-lock-venv
+	/tmp/attn-lock-venv/bin/python -m pip install --quiet --upgrade pip
+	/tmp/attn-lock-venv/bin/python tools/install_torch.py cpu
 	/tmp/attn-lock-venv/bin/pip install --quiet -r requirements.in
-	{ sed -n "1,4p" requirements.txt; /tmp/attn-lock-venv/bin/pip freeze | sed "s/+cpu$$//"; } > requirements.lock.tmp && mv requirements.lock.tmp requirements.txt
+	{ sed -n "1,4p" requirements.txt; /tmp/attn-lock-venv/bin/pip freeze --all --exclude pip | sed "s/+cpu$$//"; } > requirements.lock.tmp && mv requirements.lock.tmp requirements.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis test-artifacts
