@@ -113,10 +113,13 @@ def jupyter(request, chromium_executable, tmp_path_factory, artifacts):
     port, token = free_port(), secrets.token_hex(16)
     log = tmp / f"{module}.log"
     # `timeout` kills the server even if this process dies first; it lives as long as every test it serves may take.
+    # (macOS has it only as Homebrew coreutils' gtimeout; without either, the finally below still stops the server.)
     serves = [i for i in request.session.items if i.path == request.path and "jupyter" in i.fixturenames]
     lifetime_s = sum(next((m.args[0] for m in i.iter_markers("timeout")), E2E_TIMEOUT_S) for i in serves) \
         + SERVER_START_S + SERVER_STOP_S
-    cmd = ["timeout", str(lifetime_s), sys.executable, "-m", module, "--no-browser",
+    timeout_cmd = (shutil.which("timeout") or shutil.which("gtimeout")) if os.name == "posix" else None  # Windows: a pause
+    wrapper = [timeout_cmd, str(lifetime_s)] if timeout_cmd else []
+    cmd = [*wrapper, sys.executable, "-m", module, "--no-browser",
            "--ip=127.0.0.1", f"--port={port}", "--port-retries=0", f"--IdentityProvider.token={token}",
            expose_flag, "--allow-root", f"--ServerApp.root_dir={tmp}"]
     with open(log, "wb") as out:
