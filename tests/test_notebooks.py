@@ -1,19 +1,29 @@
 """The notebooks as committed: executed top to bottom in one run, with outputs a reader can trust.
 
 nbval (``make notebooks``) re-runs every notebook and checks its asserts; these tests check
-the *stored* files, which is what a reader sees on GitHub.
+the *stored* files, which is what a reader sees on GitHub, and that a notebook runs from any
+folder (it finds the saved models through attnlib, never through ``../data``).
 """
 from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+SERIES_SIZE = 10  # notebooks 00-09 (Part I); Part II's 10, 11 and 12 raise it
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 PROGRESS = re.compile(r"(\d+)%\|")  # tqdm's "desc:  42%|####      | 5/12 [...]"
-MACHINE_PATHS = re.compile(r"/(root|home|tmp|work)/")
+MACHINE_PATHS = re.compile(r"""
+      /(?:root|home|tmp|work|Users|private/var|var/folders)/   # Linux and macOS homes and temporary folders
+    | (?<![A-Za-z0-9])[A-Za-z]:[\\/](?!/)                     # a Windows drive (C:\x or C:/x, not the "s:/" of https://)
+    | \\\\[\w.$-]+\\                                         # a Windows network path (\\server\share)
+    | \\(?:Users|AppData|Temp)\\                              # Windows homes and temporary folders
+""", re.VERBOSE | re.IGNORECASE)
+LOADS_DATA = "08_attention_explorer.ipynb"  # loads both saved models and trains nothing (about 10 s)
 
 
 def load(path: Path) -> dict:
@@ -36,7 +46,25 @@ def output_texts(cell: dict) -> list[str]:
 
 
 def test_the_series_is_all_here():
-    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(10)]
+    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(SERIES_SIZE)]
+
+
+@pytest.mark.parametrize("text", [
+    "/root/x", "saved to /home/ana/attention/data", "/tmp/tmpab12/model.pt", "/work/wt/h2/data",
+    "/Users/ana/attention-notebooks/data/date_attention.pt", "/private/var/folders/x/T/tmp1",
+    "/var/folders/zz/abc/T/tmp1", r"C:\Users\ana\attention\data", "C:/Users/ana/data", r"d:\work\nb",
+    r"'C:\\Users\\ana'", r"\\fileserver\share\nb", r"..\AppData\Local\Temp\tmp1",
+])
+def test_the_machine_path_check_catches(text):
+    assert MACHINE_PATHS.search(text)
+
+
+@pytest.mark.parametrize("text", [
+    "https://pytorch.org/get-started/", "file:///models", "ratio 3:1, 2:1", "torch.Size([2, 5, 64])",
+    "data/date_attention.pt", "<tmp>/model.safetensors", "step 10/12", "a: 1", "Exercise 7.2: see 08/09",
+])
+def test_the_machine_path_check_lets_through(text):
+    assert not MACHINE_PATHS.search(text)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -61,3 +89,26 @@ def test_stored_progress_bars_show_how_far_they_got(path):
 def test_stored_outputs_name_no_path_of_this_machine(path):
     leaks = [text[:120] for c in code_cells(load(path)) for text in output_texts(c) if MACHINE_PATHS.search(text)]
     assert leaks == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_code_finds_saved_models_through_attnlib(path):
+    """A relative ``../data`` works only when the kernel starts in notebooks/; attnlib.paths works anywhere."""
+    relative = [i for i, c in enumerate(code_cells(load(path))) if re.search(r"\.\./data\b", "".join(c["source"]))]
+    assert relative == [], f"code cells {relative} read or write ../data; use attnlib.paths.save_path / model_path"
+
+
+def test_a_notebook_runs_from_an_empty_folder(tmp_path, monkeypatch):
+    """Notebook 08, copied alone into an empty folder, runs top to bottom and finds both models through attnlib."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    shutil.copy(ROOT / "notebooks" / LOADS_DATA, folder / LOADS_DATA)
+    monkeypatch.setenv("ATTNLIB_DATA_DIR", str(tmp_path / "nothing-saved-here"))  # loads fall back to data/
+    nb = nbformat.read(folder / LOADS_DATA, as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
+    errors = [o for c in code_cells(nb) for o in c["outputs"] if o["output_type"] == "error"]
+    assert errors == []
+    assert sorted(p.name for p in folder.iterdir()) == [LOADS_DATA], "the notebook wrote beside itself"

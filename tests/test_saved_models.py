@@ -1,13 +1,20 @@
-"""The trained models that notebooks save to data/ (notebook 08 loads them) still do what their files claim.
+"""The trained models committed in data/ (notebook 08 loads them) do the job the series says they do.
 
-Each saved model has its own section below: a module-scoped fixture that loads the file, and a
-test that re-measures the accuracy on freshly generated, seeded held-out data (a seed the notebook
-never used) and compares it with the accuracy stored in the file, minus a small tolerance for
-sampling noise. To add a model, add a section with the same three parts: file name and
-tolerance, fixture, tests.
+Each saved model has its own section below: a module-scoped fixture that loads the committed
+file, and a test that re-measures its accuracy on freshly generated, seeded held-out data (a
+seed the notebook never used) against FIXED floors written here. The floors come from the
+claim the training notebook asserts before it saves the model (02: exact match >= 0.97 on held-out
+dates; 07: token accuracy > 0.995 and sequence accuracy > 0.98), lowered by about four standard
+deviations of the sampling noise of the fresh test set. The accuracy a file stores about itself
+is metadata, never the yardstick: a worse model saved with its own worse score would pass that.
+To add a model, add a section with the same parts: file name and floors, fixture, tests.
+
+The files read are always the committed ones in data/ (``project_data_dir``), never
+``$ATTNLIB_DATA_DIR``, where notebooks under test save their fresh models.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -15,16 +22,25 @@ import torch
 
 import attnlib
 from attnlib import Seq2Seq, TransformerTagger
+from attnlib.paths import ENV_VAR, project_data_dir
 
-DATA = Path(__file__).resolve().parent.parent / "data"
+DATA = project_data_dir()
 
 
 def saved_file(name: str) -> Path:
-    """The path of ``data/<name>``; fails with a hint when the notebook that writes it has not run."""
+    """The path of the committed ``data/<name>``; fails with a hint when it is missing."""
     path = DATA / name
     if not path.exists():
         pytest.fail(f"{path} is missing; execute the notebook that saves it (`make models`)")
     return path
+
+
+def test_the_committed_files_are_what_is_checked():
+    """Notebooks under test save elsewhere, so this module never checks a model the same run just trained."""
+    assert os.environ.get(ENV_VAR), f"the test session should set {ENV_VAR} (see conftest.py)"
+    redirected = Path(os.environ[ENV_VAR]).resolve()
+    assert DATA.resolve() not in (redirected, *redirected.parents)
+    assert DATA.resolve() == (Path(__file__).resolve().parents[1] / "data")
 
 
 # --------------------------------------------------------------------------------------------
@@ -35,8 +51,11 @@ def saved_file(name: str) -> Path:
 SORT_FILE = "sort_transformer.pt"
 SORT_SEED = 777  # not a seed the notebook uses (training 1, held-out 2024)
 SORT_SIZE = 4000
-SORT_SEQ_TOLERANCE = 0.01  # the binomial noise on 4000 inputs at ~99.9% is about 0.0005
-SORT_TOKEN_TOLERANCE = 0.003
+# Notebook 07 asserts test_seq_acc > 0.98 and test_token_acc > 0.995 on 5000 inputs before saving.
+# At those rates the standard deviation on 4000 fresh inputs is 0.0022 (sequences) and about
+# 0.0004 (tokens, ~26,000 of them); four of them below the notebook's bar gives:
+SORT_SEQ_FLOOR = 0.97
+SORT_TOKEN_FLOOR = 0.993
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +103,8 @@ def test_sort_transformer_accuracy_on_fresh_data(sorter):
     hit = pred == targets
     token_acc = ((hit & real).sum() / real.sum()).item()
     seq_acc = (hit | ~real).all(dim=1).float().mean().item()
-    assert seq_acc >= extra["test_seq_acc"] - SORT_SEQ_TOLERANCE, (seq_acc, extra["test_seq_acc"])
-    assert token_acc >= extra["test_token_acc"] - SORT_TOKEN_TOLERANCE, (token_acc, extra["test_token_acc"])
+    assert seq_acc >= SORT_SEQ_FLOOR, f"sequence accuracy {seq_acc:.4f} on fresh inputs (stored: {extra['test_seq_acc']})"
+    assert token_acc >= SORT_TOKEN_FLOOR, f"token accuracy {token_acc:.4f} on fresh inputs (stored: {extra['test_token_acc']})"
 
 
 def test_sort_transformer_padding_does_not_change_real_outputs(sorter):
@@ -108,8 +127,12 @@ def test_sort_transformer_padding_does_not_change_real_outputs(sorter):
 DATE_FILE = "date_attention.pt"
 DATE_SEED = 2025  # not a seed the notebook uses (training 1, held-out 2)
 DATE_SIZE = 1000
-DATE_SEQ_TOLERANCE = 0.02  # the binomial noise on 1000 dates at ~99.5% is about 0.002
-DATE_TOKEN_TOLERANCE = 0.005
+# Notebook 02 asserts an exact match >= 0.97 on its ~990 held-out dates before saving. At 0.97 the
+# standard deviation on 1000 fresh dates is 0.0054; four of them below gives 0.95. A wrong date
+# has at least one of its 10 characters wrong, and a model at the floor gets most of each wrong
+# date right, so its character accuracy stays above 0.99 (the committed model scores 1.000).
+DATE_SEQ_FLOOR = 0.95
+DATE_TOKEN_FLOOR = 0.99
 
 
 @pytest.fixture(scope="module")
@@ -133,8 +156,8 @@ def test_date_attention_accuracy_on_fresh_dates(dater):
     model, extra = dater
     data = attnlib.make_dates(DATE_SIZE, seed=DATE_SEED)
     scores = attnlib.evaluate_seq2seq(model, data)
-    assert scores["seq_acc"] >= extra["test_seq_acc"] - DATE_SEQ_TOLERANCE, (scores, extra["test_seq_acc"])
-    assert scores["token_acc"] >= extra["test_token_acc"] - DATE_TOKEN_TOLERANCE, (scores, extra["test_token_acc"])
+    assert scores["seq_acc"] >= DATE_SEQ_FLOOR, f"exact match {scores['seq_acc']:.4f} on fresh dates (stored: {extra['test_seq_acc']})"
+    assert scores["token_acc"] >= DATE_TOKEN_FLOOR, f"character accuracy {scores['token_acc']:.4f} (stored: {extra['test_token_acc']})"
 
 
 def test_date_attention_reads_the_month_word(dater):

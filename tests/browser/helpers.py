@@ -6,6 +6,8 @@ ES modules do not load from file://, so the page and the bundled ESM/CSS are ser
 from __future__ import annotations
 
 import base64
+import os
+import shutil
 import statistics
 from pathlib import Path
 
@@ -14,6 +16,57 @@ import attnlib.widgets
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 STATIC = Path(attnlib.widgets.__file__).parent / "static"
 ORIGIN = "http://attnlib.test"
+
+CHROMIUM_VAR = "CHROMIUM_PATH"
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+FALSE_WORDS = {"", "0", "false", "no", "off", "n", "f"}
+
+
+class ChromiumNotFound(Exception):
+    """No Chromium or Chrome to drive; the message says where we looked and how to point at one."""
+
+
+def is_ci(environ=os.environ) -> bool:
+    """True when ``CI`` holds any true value (``1``, ``true``, ``yes``, ...); CI services set it."""
+    return environ.get("CI", "").strip().lower() not in FALSE_WORDS
+
+
+def chromium_install_paths(environ=os.environ) -> list[Path]:
+    """Where Chromium and Chrome usually live when they are not on the PATH (snap, macOS, Windows)."""
+    places = [Path("/snap/bin/chromium"), Path("/usr/lib/chromium/chromium"),
+              Path("/Applications/Chromium.app/Contents/MacOS/Chromium"),
+              Path("/Applications/Google Chrome.app/Contents/MacOS/Google Chrome"),
+              Path.home() / "Applications/Chromium.app/Contents/MacOS/Chromium",
+              Path.home() / "Applications/Google Chrome.app/Contents/MacOS/Google Chrome"]
+    for var in ("PROGRAMFILES", "PROGRAMFILES(X86)", "LOCALAPPDATA"):
+        if environ.get(var):
+            places += [Path(environ[var]) / "Google" / "Chrome" / "Application" / "chrome.exe",
+                       Path(environ[var]) / "Chromium" / "Application" / "chrome.exe"]
+    return places
+
+
+def find_chromium(environ=os.environ, which=shutil.which, places=None) -> str:
+    """The browser to drive: ``$CHROMIUM_PATH``, else a usual name on the PATH, else a usual install folder.
+
+    Raises ChromiumNotFound (what was tried, how to fix it) when there is none, or when
+    ``$CHROMIUM_PATH`` names something that is not an executable file.
+    """
+    named = environ.get(CHROMIUM_VAR, "").strip()
+    if named:
+        if os.path.isfile(named) and os.access(named, os.X_OK):
+            return named
+        raise ChromiumNotFound(f"{CHROMIUM_VAR}={named!r} is not an executable file")
+    for name in CHROMIUM_NAMES:
+        found = which(name)
+        if found:
+            return found
+    for place in chromium_install_paths(environ) if places is None else places:
+        if place.is_file() and os.access(place, os.X_OK):
+            return str(place)
+    raise ChromiumNotFound(
+        f"no Chromium or Chrome found (${CHROMIUM_VAR} unset; none of {', '.join(CHROMIUM_NAMES)} on the PATH; "
+        f"not in the usual install folders). Install one (Debian/Ubuntu: `sudo apt-get install chromium`) "
+        f"or set {CHROMIUM_VAR} to its executable")
 
 # A fake model with the parts of the anywidget model API the view uses. Like Backbone,
 # set() fires "change:<name>" listeners synchronously; save_changes() only counts.

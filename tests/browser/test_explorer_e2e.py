@@ -33,9 +33,17 @@ The server (``python -m jupyterlab`` or ``python -m notebook``) runs on 127.0.0.
 port, a random token and its own config, runtime, settings and workspaces directories,
 wrapped in ``timeout``; it is stopped with POST /api/shutdown, then by killing its own
 process group.
+
+Budgets: every wait of the test has its own timeout, and pytest-timeout's kill
+(``E2E_TIMEOUT_S``) comes only after all of them could have run out, so a slow step fails
+with its own message (``test_the_kill_comes_after_every_wait`` checks the sum). Whatever the
+outcome, even after the kill, the server log is copied to ``test-artifacts/`` and a failure
+leaves a screenshot there.
 """
 from __future__ import annotations
 
+import ast
+import inspect
 import json
 import os
 import re
@@ -51,6 +59,7 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import LAUNCH_TIMEOUT_MS
 from .helpers import ROOT
 
 pytestmark = pytest.mark.browser
@@ -58,7 +67,11 @@ pytestmark = pytest.mark.browser
 NOTEBOOK = "08_attention_explorer.ipynb"
 CHECK_MARKER = "E2E_CHECK_SELECTED"
 EXPLORER = "[data-testid=attn-root][data-kind=explorer] >> nth=0"
-LAB_TIMEOUT_S = 240  # `timeout` kills the server even if this process dies first
+SERVER_START_S = 60  # the fixture waits this long for the server to answer
+SERVER_STOP_S = 25  # POST /api/shutdown (15 s), then SIGTERM (5 s), then SIGKILL (5 s)
+ACTION_MS = 10_000  # the page's default timeout: every Playwright call of the test without its own timeout
+ARTIFACT_MS = 10_000  # the failure screenshot
+E2E_TIMEOUT_S = 840  # pytest-timeout's kill: after every wait below has run out (worst case 790 s; checked below)
 FRONTENDS = {  # module to run, its flag that sets window.jupyterapp, the notebook's URL path
     "lab": ("jupyterlab", "--LabApp.expose_app_in_browser=True", f"/lab/tree/notebooks/{NOTEBOOK}?reset&"),
     "notebook": ("notebook", "--JupyterNotebookApp.expose_app_in_browser=True", f"/notebooks/notebooks/{NOTEBOOK}?"),
@@ -78,7 +91,7 @@ def api(base: str, token: str, path: str, method: str = "GET") -> int:
 
 
 @pytest.fixture(scope="module", params=sorted(FRONTENDS))
-def jupyter(request, chromium_executable, tmp_path_factory):
+def jupyter(request, chromium_executable, tmp_path_factory, artifacts):
     """A JupyterLab or Notebook 7 server with a copy of the notebook; yields (frontend, base_url, token, log path)."""
     frontend = request.param
     module, expose_flag, _ = FRONTENDS[frontend]
@@ -99,14 +112,21 @@ def jupyter(request, chromium_executable, tmp_path_factory):
     (tracker / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))  # notebook's outputs are not in the DOM
     port, token = free_port(), secrets.token_hex(16)
     log = tmp / f"{module}.log"
-    cmd = ["timeout", str(LAB_TIMEOUT_S), sys.executable, "-m", module, "--no-browser",
+    # `timeout` kills the server even if this process dies first; it lives as long as every test it serves may take.
+    # (macOS has it only as Homebrew coreutils' gtimeout; without either, the finally below still stops the server.)
+    serves = [i for i in request.session.items if i.path == request.path and "jupyter" in i.fixturenames]
+    lifetime_s = sum(next((m.args[0] for m in i.iter_markers("timeout")), E2E_TIMEOUT_S) for i in serves) \
+        + SERVER_START_S + SERVER_STOP_S
+    timeout_cmd = (shutil.which("timeout") or shutil.which("gtimeout")) if os.name == "posix" else None  # Windows: a pause
+    wrapper = [timeout_cmd, str(lifetime_s)] if timeout_cmd else []
+    cmd = [*wrapper, sys.executable, "-m", module, "--no-browser",
            "--ip=127.0.0.1", f"--port={port}", "--port-retries=0", f"--IdentityProvider.token={token}",
            expose_flag, "--allow-root", f"--ServerApp.root_dir={tmp}"]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + SERVER_START_S
         while True:
             if proc.poll() is not None:
                 pytest.fail(f"{module} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
@@ -116,7 +136,7 @@ def jupyter(request, chromium_executable, tmp_path_factory):
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(f"{module} did not answer within 60 s:\n{log.read_text()[-3000:]}")
+                pytest.fail(f"{module} did not answer within {SERVER_START_S} s:\n{log.read_text()[-3000:]}")
             time.sleep(0.3)
         yield frontend, base, token, log
     finally:
@@ -132,6 +152,7 @@ def jupyter(request, chromium_executable, tmp_path_factory):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
+        shutil.copy(log, artifacts / f"explorer_e2e_{frontend}_server.log")  # the whole log, whatever happened
 
 
 KERNEL_IDLE = """(name) => {
@@ -177,11 +198,21 @@ def checker_output(page) -> str:
     return page.locator("[data-e2e=checker] .jp-OutputArea-output").all_inner_texts()
 
 
-@pytest.mark.timeout(150)
+def save_failure_artifacts(page, log: Path, artifacts: Path, prefix: str) -> None:
+    """The server log so far and a screenshot; never raises, so the test's own error is what is reported."""
+    try:
+        shutil.copy(log, artifacts / f"{prefix}_server.log")
+        page.screenshot(path=str(artifacts / f"{prefix}_failure.png"), timeout=ARTIFACT_MS)
+    except Exception as error:  # a dead page must not hide why the test failed
+        print(f"could not save every failure artefact of {prefix}: {error!r}", file=sys.stderr)
+
+
+@pytest.mark.timeout(E2E_TIMEOUT_S)
 def test_explorer_in_jupyter(jupyter, browser_context, artifacts):
     frontend, base, token, log = jupyter
     t_start = time.monotonic()
     page = browser_context.new_page()
+    page.set_default_timeout(ACTION_MS)
     page_errors: list[str] = []
     known_errors: list[str] = []
 
@@ -256,9 +287,35 @@ def test_explorer_in_jupyter(jupyter, browser_context, artifacts):
         (artifacts / f"explorer_e2e_{frontend}_timings.json").write_text(json.dumps(timings, indent=2) + "\n")
         print("\ne2e timings:", timings)
         assert page_errors == [], f"uncaught errors in the page: {page_errors}"
-    except Exception:
-        page.screenshot(path=str(artifacts / f"explorer_e2e_{frontend}_failure.png"))
-        (artifacts / f"explorer_e2e_{frontend}_server.log").write_text(log.read_text())
+    except BaseException:  # BaseException: pytest-timeout's kill raises pytest.fail's Failed, not an Exception
+        save_failure_artifacts(page, log, artifacts, f"explorer_e2e_{frontend}")
         raise
     finally:
         page.close()
+
+
+# Playwright calls that can wait; each waits its own ``timeout=`` or else the page default (ACTION_MS).
+WAITING_CALLS = {"goto", "wait_for_function", "wait_for", "wait_for_selector", "hover", "click", "dblclick",
+                 "fill", "press", "get_attribute", "select_option", "screenshot", "scroll_into_view_if_needed",
+                 "evaluate", "inner_text", "text_content", "check", "uncheck"}
+
+
+def worst_case_seconds(test) -> float:
+    """The longest ``test`` can take before a wait of its own times out: setup, every wait, teardown, artefacts."""
+    waits = 0.0
+    for node in ast.walk(ast.parse(inspect.getsource(test).lstrip())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in WAITING_CALLS:
+            given = {k.arg: k.value for k in node.keywords}
+            ms = eval(compile(ast.Expression(given["timeout"]), "<timeout>", "eval"), globals()) if "timeout" in given \
+                else ACTION_MS
+            waits += ms / 1000
+    setup = SERVER_START_S + LAUNCH_TIMEOUT_MS / 1000  # the module's server and browser start in its first test
+    return setup + waits + ARTIFACT_MS / 1000 + SERVER_STOP_S
+
+
+def test_the_kill_comes_after_every_wait():
+    """If pytest-timeout killed the test before its own waits ran out, a slow step would be reported as a bare
+    timeout; this fails when a wait is added or lengthened without raising E2E_TIMEOUT_S."""
+    worst = worst_case_seconds(test_explorer_in_jupyter)
+    kill = next(m.args[0] for m in test_explorer_in_jupyter.pytestmark if m.name == "timeout")
+    assert kill > worst, f"pytest-timeout kills after {kill} s, but the waits of the test can take {worst:.0f} s"
