@@ -88,7 +88,7 @@ def _grid(ax: Any, w: "_AttentionWidget", data: np.ndarray, cmap: Any, block: in
     for side in ax.spines.values():
         side.set_visible(False)
     note = {"map": "one colour scale per map: heads NOT comparable", "layer": "one colour scale per layer (range beside it)",
-            "model": "one colour scale for the whole model"}.get(w.scale) or f"fixed colour scale {w.vmin:g} to {w.vmax:g}"
+            "model": "one colour scale for the whole model"}.get(w.scale) or f"fixed colour scale {w.vmin:.3g} to {w.vmax:.3g}"
     ax.set_title(f"every layer x head; {note}", fontsize=8)
     cur_l, cur_h = w.layer, w.head
     ax.add_patch(Rectangle((cur_h * step - 2, cur_l * step - 2), THUMB + 3, THUMB + 3, fill=False, ec="#ff3030", lw=2))
@@ -140,16 +140,17 @@ def static_png(w: "_AttentionWidget") -> bytes:
     target.set_title((fig_title + "\n" if fig_title else "") + f"static picture{pins}"
                      + (f"\n(block means of {step} x {step} tokens; the live widget shows every cell)" if step > 1 else ""), fontsize=8)
     bar = target.figure.colorbar(im, ax=target, shrink=0.85)
-    bar.set_label("raw score" if w.raw_scores else "attention weight", fontsize=8)
+    bar.set_label("value (diverging around 0)" if w.raw_scores else "attention weight", fontsize=8)
     bar.ax.tick_params(labelsize=7)
     if np.isnan(data).any():  # masked cells: their own colour, named under the colour bar
         from matplotlib.patches import Patch
 
         target.legend(handles=[Patch(color=np.asarray(w._mask_rgb) / 255, label="masked")], fontsize=7,
                       loc="upper left", bbox_to_anchor=(1.0, -0.02), frameon=False, handlelength=1)
-    canvas = FigureCanvasAgg(fig)
-    canvas.draw()
-    image = Image.fromarray(np.asarray(canvas.buffer_rgba())[..., :3])  # (height, width, RGB)
+    FigureCanvasAgg(fig)
+    rgba = io.BytesIO()
+    fig.savefig(rgba, format="png", dpi=DPI, bbox_inches="tight", pad_inches=0.05)  # tight: no label cut off
+    image = Image.open(rgba).convert("RGB")
     buf = io.BytesIO()  # a 256-colour palette PNG (Pillow): a third of the bytes of RGBA, no metadata, stable
     image.quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(buf, format="PNG", optimize=True)
     return buf.getvalue()

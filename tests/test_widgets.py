@@ -415,3 +415,33 @@ def test_to_html_writes_one_self_contained_page(explorer, tmp_path):
         explorer.to_html(tmp_path / "explorer.png")
     with pytest.raises(ValueError, match="the folder of path does not exist"):
         explorer.to_html(tmp_path / "missing" / "explorer.html")
+
+
+# ---- compare ----------------------------------------------------------------------------------
+
+def test_compare_shares_one_scale_and_links_the_views():
+    from attnlib.widget_compare import compare
+
+    a, b = maps(2, 3, 11, 11, seed=1), maps(2, 3, 11, 11, seed=2)
+    view = compare(a, b, TOKENS, names=("tired", "wide"), layer=1)
+    top = float(max(a.max(), b.max()))
+    assert view.a._range(0, 0) == view.b._range(1, 2) == (0.0, pytest.approx(top))  # one scale for A and B
+    np.testing.assert_allclose(view.diff.weights, (a - b).numpy(), atol=1e-6)
+    assert view.diff.raw_scores and view.diff._range(0, 0)[0] == -view.diff._range(0, 0)[1]
+    view.b.head, view.diff.selected = 2, 4  # as a click in either view would
+    assert (view.a.head, view.diff.head, view.a.selected, view.b.selected, view.a.layer) == (2, 2, 4, 4, 1)
+    data = view._repr_mimebundle_()[0]
+    assert png_of(data).shape[0] > 600 and "tired" in data["text/plain"] and "0x" not in data["text/plain"]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(b=maps(2, 3, 11, 10)), r"a has shape \(2, 3, 11, 11\) but b has shape \(2, 3, 11, 10\)"),
+    (dict(names=("a",)), r"names must be two strings, got \('a',\)"),
+    (dict(scale="map"), r"compare sets scale itself"),
+])
+def test_compare_bad_input(kwargs, match):
+    from attnlib.widget_compare import compare
+
+    args = dict(a=maps(2, 3, 11, 11), b=maps(2, 3, 11, 11, seed=1), query_tokens=TOKENS) | kwargs
+    with pytest.raises(ValueError, match=match):
+        compare(**args)

@@ -115,6 +115,39 @@ function render({ model, el }) {
     return images.get(key);
   }
 
+  // A grid thumbnail: each pixel is the strongest cell of its block (so peaks never vanish), on the scale.
+  const thumbImages = new Map();
+  function thumbOf(l, hd) {
+    const key = l + ":" + hd;
+    if (!thumbImages.has(key)) {
+      const tw = Math.min(THUMB, Lk), th = Math.min(THUMB, Lq);
+      const c = document.createElement("canvas");
+      c.width = tw; c.height = th;
+      const cx = c.getContext("2d"), img = cx.createImageData(tw, th), px = img.data;
+      const s = mapStart(l, hd), r = rangeOf(l, hd);
+      for (let y = 0; y < th; y++) {
+        const i0 = Math.floor((y * Lq) / th), i1 = Math.max(i0 + 1, Math.floor(((y + 1) * Lq) / th));
+        for (let x = 0; x < tw; x++) {
+          const j0 = Math.floor((x * Lk) / tw), j1 = Math.max(j0 + 1, Math.floor(((x + 1) * Lk) / tw));
+          let best = NaN;
+          for (let i = i0; i < i1; i++) {
+            for (let j = j0; j < j1; j++) {
+              const p = s + i * Lk + j;
+              if (!masked(p) && !(Math.abs(data[p]) <= Math.abs(best))) best = data[p];
+            }
+          }
+          const q = 4 * (y * tw + x);
+          if (Number.isNaN(best)) { px[q] = maskRGB[0]; px[q + 1] = maskRGB[1]; px[q + 2] = maskRGB[2]; }
+          else { const k = colourIndex(best, r); px[q] = pal[3 * k]; px[q + 1] = pal[3 * k + 1]; px[q + 2] = pal[3 * k + 2]; }
+          px[q + 3] = 255;
+        }
+      }
+      cx.putImageData(img, 0, 0);
+      thumbImages.set(key, c);
+    }
+    return thumbImages.get(key);
+  }
+
   // ---- DOM ----
   const root = h("div", {
     class: "attnlib-attn", "data-testid": "attn-root", "data-kind": explorer ? "explorer" : "heatmap", tabindex: "0",
@@ -154,9 +187,10 @@ function render({ model, el }) {
         const b = h("button", { class: "attnlib-thumb", type: "button", "data-testid": `thumb-${l}-${hd}`,
           "data-layer": String(l), "data-head": String(hd), "aria-label": `open ${lname(l)}, head ${hd}` });
         const c = h("canvas", { width: String(THUMB), height: String(THUMB) });
-        b.append(c);
+        const mark = h("canvas", { width: String(THUMB), height: String(THUMB), class: "attnlib-thumbmark" });
+        b.append(c, mark);
         grid.append(b);
-        thumbs[l].push(c);
+        thumbs[l].push([c, mark]);
       }
     }
   }
@@ -258,13 +292,24 @@ function render({ model, el }) {
   const activeRow = () => (view.hover !== null ? view.hover : selRow());
   const activeCol = () => (view.hoverCol !== null ? view.hoverCol : selCol());
 
-  function drawThumbs() {
-    const a = activeRow(), b = activeCol();
+  function drawThumbBases() { // once, and again when the scale changes
     for (let l = 0; l < nL; l++) {
       for (let hd = 0; hd < nH; hd++) {
-        const c = thumbs[l][hd], t = c.getContext("2d");
+        const t = thumbs[l][hd][0].getContext("2d");
         t.imageSmoothingEnabled = false;
-        t.drawImage(imageOf(l, hd), 0, 0, THUMB, THUMB);
+        t.drawImage(thumbOf(l, hd), 0, 0, THUMB, THUMB);
+      }
+    }
+  }
+  let marked = "";
+  function drawThumbs() { // cheap: only the outlines, on a small canvas above each thumbnail
+    const a = activeRow(), b = activeCol(), key = `${a}:${b}:${layer()}:${head()}`;
+    if (key === marked) return;
+    marked = key;
+    for (let l = 0; l < nL; l++) {
+      for (let hd = 0; hd < nH; hd++) {
+        const [c, mark] = thumbs[l][hd], t = mark.getContext("2d");
+        t.clearRect(0, 0, THUMB, THUMB);
         t.strokeStyle = "#ff3030"; t.lineWidth = 1.5;
         if (a !== null) t.strokeRect(0.75, (a / Lq) * THUMB, THUMB - 1.5, Math.max(2, THUMB / Lq));
         if (b !== null) t.strokeRect((b / Lk) * THUMB, 0.75, Math.max(2, THUMB / Lk), THUMB - 1.5);
@@ -418,7 +463,10 @@ function render({ model, el }) {
   // ---- model -> view ----
   const onSelected = () => update();
   const onTitle = () => { titleEl.textContent = model.get("title") || ""; };
-  const onScale = () => { images.clear(); scaleSel.value = model.get("scale"); drawMap(); update(); };
+  const onScale = () => {
+    images.clear(); thumbImages.clear(); marked = "";
+    scaleSel.value = model.get("scale"); drawMap(); if (explorer) drawThumbBases(); update();
+  };
   const onLayerHead = () => { layerSel.value = String(layer()); headSel.value = String(head()); drawMap(); update(); };
   const hooks = [["change:selected", onSelected], ["change:selected_key", onSelected], ["change:title", onTitle],
     ["change:scale", onScale], ["change:vmin", onScale], ["change:vmax", onScale]];
@@ -427,6 +475,7 @@ function render({ model, el }) {
   scaleSel.value = model.get("scale");
   if (explorer) { layerSel.value = String(layer()); headSel.value = String(head()); }
   drawMap();
+  if (explorer) drawThumbBases();
   update();
   root.dataset.renderMs = (performance.now() - t0).toFixed(1);
 

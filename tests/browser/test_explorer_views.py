@@ -38,10 +38,12 @@ def two_heads_015_099() -> torch.Tensor:
 
 
 def thumb_pixel(page, name: str, l: int, hd: int, fx: float, fy: float) -> list[int]:
-    """RGB of a grid thumbnail at a fraction (fx, fy) of its width and height."""
+    """RGB of a grid thumbnail at a fraction (fx, fy) of its size, as seen: the outline canvas above the map."""
     return page.evaluate("""([name, l, hd, fx, fy]) => {
-        const c = document.querySelector(`#${name} [data-testid=thumb-${l}-${hd}] canvas`);
-        return Array.from(c.getContext("2d").getImageData(Math.floor(fx * c.width), Math.floor(fy * c.height), 1, 1).data).slice(0, 3);
+        const [base, mark] = document.querySelectorAll(`#${name} [data-testid=thumb-${l}-${hd}] canvas`);
+        const at = (c) => c.getContext("2d").getImageData(Math.floor(fx * c.width), Math.floor(fy * c.height), 1, 1).data;
+        const m = at(mark);
+        return Array.from(m[3] > 0 ? m : at(base)).slice(0, 3);
     }""", [name, l, hd, fx, fy])
 
 
