@@ -20,39 +20,48 @@ pytestmark = pytest.mark.browser
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
-PICTURES = """() => [...document.querySelectorAll('.jp-OutputArea-output img')]
-    .filter((i) => i.src.startsWith('data:image/png') && i.complete && i.naturalWidth > 0)
-    .map((i) => [i.naturalWidth, i.naturalHeight, i.getBoundingClientRect().width])"""
+PICTURES = """(cells) => cells.map((k) => {
+    const node = window.jupyterapp.shell.currentWidget.content.widgets[k].node;
+    const imgs = [...node.querySelectorAll('.jp-OutputArea-output img')]
+        .filter((i) => i.src.startsWith('data:image/png') && i.complete && i.naturalWidth > 0);
+    const text = [...node.querySelectorAll('.jp-OutputArea-output')].map((o) => o.innerText).join(' ');
+    return {cell: k, pictures: imgs.map((i) => [i.naturalWidth, i.naturalHeight, i.getBoundingClientRect().width]), text};
+})"""
 
 
-def stored_widget_outputs() -> int:
+def stored_widget_cells() -> list[int]:
+    """Indices of the code cells whose stored outputs include one of attnlib's widgets (each must carry a PNG)."""
     cells = json.loads((ROOT / "notebooks" / NOTEBOOK).read_text())["cells"]
-    bundles = [o.get("data", {}) for c in cells if c["cell_type"] == "code" for o in c["outputs"]]
-    widgets = [b for b in bundles if WIDGET_MIME in b and "".join(b["text/plain"]).startswith("Attention")]
-    assert all("image/png" in b for b in widgets), "a stored widget output has no image/png: re-execute the notebook"
-    return len(widgets)
+    found = []
+    for k, c in enumerate(cells):
+        bundles = [o.get("data", {}) for o in c.get("outputs", [])]
+        ours = [b for b in bundles if WIDGET_MIME in b and "".join(b["text/plain"]).startswith("Attention")]
+        assert all("image/png" in b for b in ours), f"cell {k}: a stored widget output has no image/png; re-execute"
+        if ours:
+            found.append(k)
+    return found
 
 
 @pytest.mark.timeout(150)
 def test_saved_notebook_shows_pictures_before_running(jupyter, browser_context, artifacts):  # noqa: F811
     frontend, base, token, log = jupyter
-    expected = stored_widget_outputs()
-    assert expected >= 3  # the explorer, the compare view, the date map, ...
+    cells = stored_widget_cells()
+    assert len(cells) >= 3  # the explorer, the compare view, the date map, ...
     page = browser_context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda e: None if is_known_frontend_error(frontend, e) else errors.append(str(e)))
     try:
         page.goto(f"{base}{FRONTENDS[frontend][2]}token={token}", timeout=60_000)
-        page.wait_for_selector(".jp-OutputArea-output", timeout=60_000)
-        page.wait_for_function(f"() => ({PICTURES})().length >= {expected}", timeout=30_000)
-        pictures = page.evaluate(PICTURES)
-        assert all(w >= 300 and h >= 150 for w, h, _ in pictures), pictures  # a figure, not an icon
-        assert all(shown > 100 for _, _, shown in pictures), pictures       # and laid out visibly
-        texts = page.locator(".jp-OutputArea-output").all_inner_texts()
-        bad = [t for t in texts if "Error displaying widget" in t or "model not found" in t]
-        assert bad == [], f"widget errors shown instead of the picture: {bad}"
+        page.wait_for_function("(n) => window.jupyterapp?.shell.currentWidget?.content?.widgets?.length > n",
+                               arg=max(cells), timeout=60_000)
+        page.wait_for_function(f"(cells) => ({PICTURES})(cells).every((c) => c.pictures.length > 0)", arg=cells,
+                               timeout=30_000)
+        seen = page.evaluate(PICTURES, cells)
+        for c in seen:  # in each widget's own cell: a figure, not an icon, laid out visibly, and no widget error
+            assert all(w >= 300 and h >= 150 and shown > 100 for w, h, shown in c["pictures"]), c
+            assert "Error displaying widget" not in c["text"] and "model not found" not in c["text"], c
         page.screenshot(path=str(artifacts / f"notebook_static_{frontend}.png"), full_page=False)
-        print(f"\n{frontend}: {len(pictures)} pictures shown for {expected} stored widget outputs")
+        print(f"\n{frontend}: pictures in every widget cell {cells}: {[c['pictures'] for c in seen]}")
     except Exception:
         page.screenshot(path=str(artifacts / f"notebook_static_{frontend}_failure.png"))
         raise
