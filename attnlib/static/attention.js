@@ -62,7 +62,7 @@ function render({ model, el }) {
   const head = () => (explorer ? model.get("head") : 0);
   const selRow = () => model.get("selected") ?? null;
   const selCol = () => model.get("selected_key") ?? null;
-  const view = { hover: null, hoverCol: null }; // local, never synced: no kernel round trip
+  const view = { hover: null, hoverCol: null, qShaded: false }; // local, never synced: no kernel round trip
   const mapStart = (l, hd) => (l * nH + hd) * Lq * Lk;
   const weight = (i, j) => data[mapStart(layer(), head()) + i * Lk + j];
   const isMasked = (i, j) => masked(mapStart(layer(), head()) + i * Lk + j);
@@ -320,13 +320,14 @@ function render({ model, el }) {
     }
   }
 
+  let chipRange = [0, 1]; // the range of the map on display, set once per update()
   function shade(chip, v, isMask, text) {
     if (isMask) {
       chip.style.background = maskCss; chip.style.color = "#000"; chip.dataset.weight = "masked";
       chip.title = text + ": masked";
       return;
     }
-    const k = colourIndex(v, rangeOf(layer(), head()));
+    const k = colourIndex(v, chipRange);
     chip.style.background = rgb(k); chip.style.color = inkFor(k);
     chip.title = `${text}: ${fmt(v)}`; chip.dataset.weight = fmt(v);
   }
@@ -335,6 +336,7 @@ function render({ model, el }) {
 
   function update() { // cheap: overlay + chips + readout, no repaint of the map itself
     const a = activeRow(), b = activeCol(), sel = selRow(), selK = selCol();
+    chipRange = rangeOf(layer(), head());
     Object.assign(root.dataset, { activeRow: a ?? "", hoverRow: view.hover ?? "", activeCol: b ?? "",
       selected: sel ?? "", selectedKey: selK ?? "" });
     octx.clearRect(0, 0, W, H);
@@ -359,12 +361,15 @@ function render({ model, el }) {
       c.classList.toggle("is-pinned", j === selK);
       c.setAttribute("aria-pressed", String(j === selK));
     });
+    const qShade = a === null && b !== null; // query chips carry a column only when no row is lit
     qChips.forEach((c, i) => {
-      if (a !== null || b === null) clear(c); else shade(c, weight(i, b), isMasked(i, b), `${qTok[i]} \u2192 ${kTok[b]}`);
+      if (qShade) shade(c, weight(i, b), isMasked(i, b), `${qTok[i]} \u2192 ${kTok[b]}`);
+      else if (view.qShaded) clear(c); // untouched chips are left alone: 512 style writes per hover add up
       c.classList.toggle("is-active", i === a);
       c.classList.toggle("is-pinned", i === sel);
       c.setAttribute("aria-pressed", String(i === sel));
     });
+    view.qShaded = qShade;
     pin.hidden = sel === null && selK === null;
     pin.textContent = [sel !== null ? `pinned query: ${qTok[sel]}` : "", selK !== null ? `pinned key: ${kTok[selK]}` : ""]
       .filter(Boolean).join(" \u00b7 ") + (pin.hidden ? "" : " \u00d7");
