@@ -62,7 +62,7 @@ function render({ model, el }) {
   const head = () => (explorer ? model.get("head") : 0);
   const selRow = () => model.get("selected") ?? null;
   const selCol = () => model.get("selected_key") ?? null;
-  const view = { hover: null, hoverCol: null, qShaded: false }; // local, never synced: no kernel round trip
+  const view = { hover: null, hoverCol: null, qShaded: false, lastA: null, lastSel: null, lastSelK: null }; // local, never synced: no kernel round trip
   const mapStart = (l, hd) => (l * nH + hd) * Lq * Lk;
   const weight = (i, j) => data[mapStart(layer(), head()) + i * Lk + j];
   const isMasked = (i, j) => masked(mapStart(layer(), head()) + i * Lk + j);
@@ -358,17 +358,28 @@ function render({ model, el }) {
     kChips.forEach((c, j) => {
       if (a === null) clear(c); else shade(c, weight(a, j), isMasked(a, j), `${qTok[a]} \u2192 ${kTok[j]}`);
       c.classList.toggle("is-hovered", j === b);
-      c.classList.toggle("is-pinned", j === selK);
-      c.setAttribute("aria-pressed", String(j === selK));
     });
+    if (selK !== view.lastSelK) { // pinned state: touched only when the pin changes
+      for (const j of [view.lastSelK, selK]) {
+        if (j === null || j === undefined) continue;
+        kChips[j].classList.toggle("is-pinned", j === selK); kChips[j].setAttribute("aria-pressed", String(j === selK));
+      }
+      view.lastSelK = selK;
+    }
     const qShade = a === null && b !== null; // query chips carry a column only when no row is lit
-    qChips.forEach((c, i) => {
+    if (qShade || view.qShaded) qChips.forEach((c, i) => {
       if (qShade) shade(c, weight(i, b), isMasked(i, b), `${qTok[i]} \u2192 ${kTok[b]}`);
       else if (view.qShaded) clear(c); // untouched chips are left alone: 512 style writes per hover add up
-      c.classList.toggle("is-active", i === a);
-      c.classList.toggle("is-pinned", i === sel);
-      c.setAttribute("aria-pressed", String(i === sel));
     });
+    for (const i of [view.lastA, a]) if (i !== null && i !== undefined) qChips[i].classList.toggle("is-active", i === a);
+    view.lastA = a;
+    if (sel !== view.lastSel) {
+      for (const i of [view.lastSel, sel]) {
+        if (i === null || i === undefined) continue;
+        qChips[i].classList.toggle("is-pinned", i === sel); qChips[i].setAttribute("aria-pressed", String(i === sel));
+      }
+      view.lastSel = sel;
+    }
     view.qShaded = qShade;
     pin.hidden = sel === null && selK === null;
     pin.textContent = [sel !== null ? `pinned query: ${qTok[sel]}` : "", selK !== null ? `pinned key: ${kTok[selK]}` : ""]
