@@ -1,49 +1,54 @@
-"""Interactive attention maps for notebooks: hover a query token to see where it looks.
+"""Interactive attention maps for notebooks: hover a query to see where it looks, a key to see who looks at it.
 
 Two anywidget widgets (JupyterLab 4, Notebook 7, VS Code). The browser code is the bundled
 ES module ``static/attention.js`` (plus ``static/attention.css``): nothing from a CDN, no
-build step. Hovering is handled in the browser (no kernel round trip); clicking pins a query
-token, clicking it again unpins, and the pinned index is the synced traitlet ``selected``.
+build step. Hovering is handled in the browser (no kernel round trip).
 
 * ``AttentionHeatmap(weights (Lq, Lk), query_tokens, key_tokens=None)``: one map.
 * ``AttentionExplorer(weights (layers, heads, Lq, Lk), query_tokens, key_tokens=None)``:
-  layer and head selectors (synced ``layer``, ``head``), an overview of every head of
-  the current layer (click a thumbnail to open that head), and the same hover and pin.
-  Also accepts a list of per-layer ``(heads, Lq, Lk)`` tensors; squeeze a batch of one
-  yourself (``weights[0]``).
+  layer and head selectors (synced ``layer``, ``head``) and a grid of every layer x head on
+  the same colour scale (click a thumbnail to open that head). Also accepts a list of
+  per-layer ``(heads, Lq, Lk)`` tensors; squeeze a batch of one yourself (``weights[0]``).
 
-Rows are queries, columns are keys. ``key_tokens=None`` means self-attention (keys =
-queries); for cross-attention pass the target tokens as ``query_tokens`` and the source
-tokens as ``key_tokens``. Weights must be finite (fill masked scores with a finite number).
-Without ``raw_scores=True`` they must also be >= 0 and every row must sum to 1 (within
-1e-3; bfloat16 input within its epsilon, 0.0078) or be all zeros: an all-zero row is
-allowed for a query that was masked out entirely (e.g. padding). Colours go from 0 to the
-largest weight of the map shown (raw scores: from its smallest to its largest value).
-Up to 512 tokens a cell is at least one pixel; longer maps are shrunk, so point at their
-rows through the token strips.
+Both directions: hover a query token (a label left of the map, a chip of the query strip, or
+a row) to light its row; hover a key token (a label above the map, a chip of the key strip)
+to light its column, "who attends here". Click pins (synced ``selected`` for a query,
+``selected_key`` for a key); click again or press Escape to unpin. Keyboard: the widget is
+focusable; arrow keys move the query (up/down) and key (left/right) cursor, Enter pins.
+The readout gives exact values either way.
 
-Where widgets cannot run (GitHub, an untrusted notebook in JupyterLab, nbconvert HTML of
-a notebook saved without widget state) the output shows a small static ``text/html``
-preview (a table up to 24 tokens, else a PNG of at most 256 x 256 pixels). It holds no
-ids or addresses, so nbval can compare it; ``text/plain`` is a stable repr such as
-``AttentionHeatmap(12 x 12 query x key tokens, selected=None)``.
+Colour you can trust: ``scale`` is ``"layer"`` (default: one scale shared by the heads of a
+layer, so a head that peaks at 0.15 stays dim beside one that peaks at 0.99), ``"map"``,
+``"model"``, or a fixed ``(vmin, vmax)``. A colour bar with numbers is always drawn. Weights
+run from 0 to the largest weight of the group on viridis (perceptually uniform, readable with
+the common colour-vision deficiencies); raw scores (``raw_scores=True``) use a diverging
+palette centred on 0 whose limits ignore masked cells. ``mask`` (bool, True = may attend)
+marks masked cells, drawn in a colour that the palette does not contain; with raw scores,
+values <= ``FILL_BELOW`` (-1e4, e.g. a -1e9 fill) count as masked too.
+
+Weights must be finite. Without ``raw_scores=True`` they must also be >= 0 and every row
+must sum to 1 (within 1e-3; bfloat16 input within its epsilon, 0.0078) or be all zeros (a
+query masked out entirely).
+
+Where widgets cannot run (GitHub, nbviewer, a saved notebook opened before it runs), the
+output carries ``image/png``: the map with tokens on its axes, a colour bar and the pinned
+token marked (explorer: the grid of every layer x head beside it), and ``text/html`` with the
+same picture. ``text/plain`` is a stable repr such as
+``AttentionHeatmap(12 x 12 query x key tokens, selected=None)``. ``to_html(path)`` writes one
+self-contained HTML page that works offline from ``file://``.
 
 Stable ``data-testid`` attributes of the view (for tests and for notebook authors):
-``attn-root`` (with ``data-kind``, ``data-active-row``, ``data-hover-row``,
-``data-selected``, ``data-layer``, ``data-head``, ``data-render-ms``), ``title``,
-``query-tokens`` / ``query-token-{i}``, ``key-tokens`` / ``key-token-{j}`` (with
-``data-weight`` and a ``title`` tooltip such as ``it → animal: 0.412`` while a row is
-highlighted), ``readout``, ``heatmap-canvas``, ``heatmap-overlay``, ``legend``,
-``pinned-marker`` (hidden when nothing is pinned; click to unpin); explorer only:
-``layer-select``, ``head-select``, ``head-overview``, ``head-thumb-{h}``.
+``attn-root`` (focusable; ``data-kind``, ``data-active-row``, ``data-hover-row``,
+``data-active-col``, ``data-selected``, ``data-selected-key``, ``data-layer``, ``data-head``,
+``data-scale``, ``data-render-ms``), ``title``, ``query-tokens`` / ``query-token-{i}`` and
+``key-tokens`` / ``key-token-{j}`` (with ``data-weight`` and a ``title`` tooltip while a
+column or row is lit), ``readout``, ``heatmap-canvas``, ``heatmap-overlay``, ``legend``,
+``colorbar`` (``data-vmin``, ``data-vmax``), ``pinned-marker``; explorer only:
+``layer-select``, ``head-select``, ``scale-select``, ``head-grid``, ``thumb-{l}-{h}``.
 """
 from __future__ import annotations
 
-import base64
-import html
 import pathlib
-import struct
-import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,12 +57,23 @@ import numpy as np
 import torch
 import traitlets
 
-from .plotting import _to_numpy
 
 __all__ = ["AttentionHeatmap", "AttentionExplorer"]
 
 _STATIC = pathlib.Path(__file__).parent / "static"
+FILL_BELOW = -1e4  # raw scores at or below this are masked fills (e.g. -1e9), not scores
+SCALES = ("layer", "map", "model")
 ROW_SUM_TOL = 1e-3  # |row sum - 1| allowed for softmax weights (half precision: its epsilon, if larger)
+
+
+def _to_numpy(x: Any, name: str) -> np.ndarray:
+    """A float64 NumPy copy of a tensor / array / nested list."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu", torch.float64).numpy()
+    try:
+        return np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a torch.Tensor or a NumPy array of numbers, got {type(x).__name__}") from err
 
 
 class _OutOfRange(ValueError, traitlets.TraitError):
@@ -124,64 +140,68 @@ def _colormap_lut(cmap: str) -> np.ndarray:
     return np.round(lut * 255).astype(np.uint8)
 
 
-def _png(index: np.ndarray, palette: np.ndarray) -> bytes:
-    """A palette PNG of a (H, W) uint8 colour-index image."""
-    def chunk(tag: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body) & 0xFFFFFFFF)
-    rows = b"".join(b"\x00" + r.tobytes() for r in index)
-    header = struct.pack(">IIBBBBB", index.shape[1], index.shape[0], 8, 3, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"PLTE", palette.tobytes())
-            + chunk(b"IDAT", zlib.compress(rows, 9)) + chunk(b"IEND", b""))
+def _mask_colour(lut: np.ndarray) -> list[int]:
+    """The candidate colour farthest from every colour of the palette: masked cells never look like a value."""
+    candidates = np.array([[225, 225, 225], [255, 255, 255], [128, 128, 128], [0, 0, 0]], float)  # greys
+    dist = np.sqrt(((candidates[:, None, :] - lut[None].astype(float)) ** 2).sum(-1)).min(axis=1)  # (4,)
+    return [int(c) for c in candidates[int(dist.argmax())]]
 
 
-def _static_html(w: np.ndarray, q: list[str], k: list[str], palette: np.ndarray, raw: bool, caption: str) -> str:
-    """A small self-contained HTML preview of one map ``w (Lq, Lk)``: a table up to 24 x 24
-    tokens, else a PNG of at most 256 x 256 pixels (block-averaged), so it stays small."""
-    lo = float(w.min()) if raw else 0.0
-    hi = max(float(w.max()), lo + 1e-12)
-    index = np.clip(np.round((w - lo) / (hi - lo) * 255), 0, 255).astype(np.uint8)
-    esc = html.escape
-    note = (f"<div style='font-size:12px'>{esc(caption)}; colour {lo:.3f} to {hi:.3f}. Static preview: "
-            "run the notebook with a live kernel to hover and click.</div>")
-    Lq, Lk = w.shape
-    if max(Lq, Lk) <= 24:
-        hexes = ["#%02x%02x%02x" % tuple(c) for c in palette]
-        head = "".join(f"<th style='font-weight:normal;font-size:11px'>{esc(t)}</th>" for t in k)
-        rows = "".join(
-            f"<tr><th style='font-weight:normal;font-size:11px;text-align:right'>{esc(q[i])}</th>"
-            + "".join(f"<td title='{esc(q[i])} → {esc(k[j])}: {w[i, j]:.3f}' style='background:{hexes[index[i, j]]};"
-                      "width:16px;height:16px;padding:0'></td>" for j in range(Lk)) + "</tr>"
-            for i in range(Lq))
-        return f"<div>{note}<table style='border-collapse:collapse'><tr><th></th>{head}</tr>{rows}</table></div>"
-    step = int(np.ceil(max(Lq, Lk) / 256))  # block-average big maps down to <= 256 pixels a side
-    pad = np.pad(w, ((0, -Lq % step), (0, -Lk % step)), mode="edge")
-    small = pad.reshape(pad.shape[0] // step, step, pad.shape[1] // step, step).mean(axis=(1, 3))
-    small_index = np.clip(np.round((small - lo) / (hi - lo) * 255), 0, 255).astype(np.uint8)
-    scale = max(1, 256 // max(small.shape))
-    png = _png(np.kron(small_index, np.ones((scale, scale), np.uint8)), palette)
-    return (f"<div>{note}<img alt='{esc(caption)}' width='{small.shape[1] * scale}' "
-            f"src='data:image/png;base64,{base64.b64encode(png).decode()}'></div>")
+def _parse_scale(scale: Any) -> tuple[str, float | None, float | None]:
+    """``"layer"``/``"map"``/``"model"`` or ``(vmin, vmax)`` -> (scale trait, vmin, vmax)."""
+    if isinstance(scale, str):
+        if scale not in SCALES:
+            raise ValueError(f"scale must be one of {SCALES} or a (vmin, vmax) pair, got {scale!r}")
+        return scale, None, None
+    try:
+        lo, hi = (float(v) for v in scale)
+    except (TypeError, ValueError):
+        raise ValueError(f"scale must be one of {SCALES} or a (vmin, vmax) pair of numbers, got {scale!r}") from None
+    if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+        raise ValueError(f"scale (vmin, vmax) must be finite with vmin < vmax, got ({lo}, {hi})")
+    return "fixed", lo, hi
+
+
+def _mask_array(mask: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """A bool mask (True = may attend) of shape (Lq, Lk) or the weights' full rank, broadcast to ``shape``."""
+    m = mask.detach().cpu().numpy() if isinstance(mask, torch.Tensor) else np.asarray(mask)
+    if m.dtype != np.bool_:
+        raise ValueError(f"mask must be bool (True = may attend), got dtype {m.dtype}")
+    ok = m.ndim in (2, len(shape)) and all(a in (1, b) for a, b in zip(m.shape[::-1], shape[::-1]))
+    if not ok:
+        raise ValueError(f"mask has shape {tuple(m.shape)} but weights have shape {shape}; expected (Lq, Lk) = "
+                         f"{shape[-2:]} or the full shape {shape} (size-1 dimensions broadcast)")
+    return np.broadcast_to(m, shape)
 
 
 class _AttentionWidget(anywidget.AnyWidget):
     """Shared traits, checks and reprs of the two widgets (the JS side is one module)."""
 
-    _esm = _STATIC / "attention.js"
-    _css = _STATIC / "attention.css"
+    _esm_path, _css_path = _STATIC / "attention.js", _STATIC / "attention.css"
+    _esm = _esm_path
+    _css = _css_path
     _kind = traitlets.Unicode("heatmap").tag(sync=True)
     _weights = traitlets.Bytes(b"").tag(sync=True)  # float32 little-endian, C order, shape _shape
+    _mask = traitlets.Bytes(b"").tag(sync=True)  # uint8 per cell (1 = may attend), or empty: nothing masked
     _shape = traitlets.List(traitlets.Int(), [1, 1, 1, 1]).tag(sync=True)  # [layers, heads, Lq, Lk]
+    _map_lo = traitlets.List(traitlets.Float()).tag(sync=True)  # per map (layer-major): smallest unmasked value
+    _map_hi = traitlets.List(traitlets.Float()).tag(sync=True)  # per map: largest unmasked value
     _palette = traitlets.Bytes(b"").tag(sync=True)  # 256 x RGB
+    _mask_rgb = traitlets.List(traitlets.Int(), [225, 225, 225]).tag(sync=True)
     _query_tokens = traitlets.List(traitlets.Unicode()).tag(sync=True)
     _key_tokens = traitlets.List(traitlets.Unicode()).tag(sync=True)
-    _layer_names = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    _layer_names = traitlets.List(traitlets.Unicode(), ["layer 0"]).tag(sync=True)
     title = traitlets.Unicode("").tag(sync=True)
     raw_scores = traitlets.Bool(False).tag(sync=True)
+    scale = traitlets.Unicode("layer").tag(sync=True)  # "layer" | "map" | "model" | "fixed" (then vmin, vmax)
+    vmin = traitlets.Float(None, allow_none=True).tag(sync=True)
+    vmax = traitlets.Float(None, allow_none=True).tag(sync=True)
     selected = traitlets.Int(None, allow_none=True).tag(sync=True)  # pinned query index or None
+    selected_key = traitlets.Int(None, allow_none=True).tag(sync=True)  # pinned key index or None
 
-    def _setup(self, w: np.ndarray, query_tokens: Any, key_tokens: Any, raw_scores: bool, cmap: str,
-               tol: float) -> dict:
-        """Check tokens and values of ``w (layers, heads, Lq, Lk)``; the synced traits as a dict."""
+    def _setup(self, w: np.ndarray, query_tokens: Any, key_tokens: Any, raw_scores: bool, cmap: str | None,
+               tol: float, mask: Any, scale: Any) -> dict:
+        """Check tokens, values, mask and scale of ``w (layers, heads, Lq, Lk)``; the synced traits as a dict."""
         q = _token_list(query_tokens, "query_tokens")
         k = q if key_tokens is None else _token_list(key_tokens, "key_tokens")
         shape, (Lq, Lk) = tuple(w.shape if self._kind == "explorer" else w.shape[2:]), w.shape[2:]
@@ -192,15 +212,40 @@ class _AttentionWidget(anywidget.AnyWidget):
             raise ValueError(f"{which} has {len(k)} tokens but weights has shape {shape}, i.e. {Lk} key columns"
                              + ("; pass key_tokens for cross-attention" if key_tokens is None else ""))
         _check_values(w if self._kind == "explorer" else w[0, 0], raw_scores, tol)
+        allowed = np.ones(w.shape, bool)                                            # (layers, heads, Lq, Lk)
+        if mask is not None:
+            allowed = _mask_array(mask, shape).reshape(w.shape) if self._kind == "explorer" else \
+                _mask_array(mask, shape)[None, None]
+            if not raw_scores and (np.abs(w[~allowed]) > 1e-6).any():
+                first = tuple(int(i) for i in np.argwhere(~allowed & (np.abs(w) > 1e-6))[0])
+                raise ValueError(f"mask says the cell at {_where(first[4 - len(shape):], len(shape))} may not attend, "
+                                 f"but its weight is {w[first]:.4g}, not 0; is the mask inverted (True = may attend)?")
+        if raw_scores:
+            allowed = allowed & (w > FILL_BELOW)
+        flat = np.where(allowed, w, np.nan).reshape(w.shape[0] * w.shape[1], -1)  # (maps, Lq * Lk)
+        empty = np.isnan(flat).all(axis=1)
+        lo = np.where(empty, 0.0, np.nanmin(np.where(empty[:, None], 0.0, flat), axis=1))
+        hi = np.where(empty, 0.0, np.nanmax(np.where(empty[:, None], 0.0, flat), axis=1))
+        if cmap is None:
+            cmap = "RdBu_r" if raw_scores else "viridis"
         self._palette_lut = _colormap_lut(cmap)
+        scale_name, vmin, vmax = _parse_scale(scale)
         return dict(_weights=w.astype("<f4").tobytes(), _shape=list(w.shape), _palette=self._palette_lut.tobytes(),
-                    _query_tokens=q, _key_tokens=k, raw_scores=bool(raw_scores))
+                    _mask=b"" if allowed.all() else allowed.astype(np.uint8).tobytes(),
+                    _map_lo=lo.tolist(), _map_hi=hi.tolist(), _mask_rgb=_mask_colour(self._palette_lut),
+                    _query_tokens=q, _key_tokens=k, raw_scores=bool(raw_scores), scale=scale_name, vmin=vmin, vmax=vmax)
 
     @property
     def weights(self) -> np.ndarray:
         """The float32 weights as sent to the browser: ``(Lq, Lk)`` or ``(layers, heads, Lq, Lk)``."""
         w = np.frombuffer(self._weights, dtype="<f4").reshape(self._shape)
         return w[0, 0] if self._kind == "heatmap" else w
+
+    @property
+    def mask(self) -> np.ndarray:
+        """Which cells are drawn as values (True) rather than as masked, shaped like ``weights``."""
+        m = np.ones(self._shape, bool) if not self._mask else np.frombuffer(self._mask, np.uint8).reshape(self._shape) > 0
+        return m[0, 0] if self._kind == "heatmap" else m
 
     @property
     def query_tokens(self) -> list[str]:
@@ -210,6 +255,25 @@ class _AttentionWidget(anywidget.AnyWidget):
     def key_tokens(self) -> list[str]:
         return list(self._key_tokens)
 
+    def _range(self, layer: int, head: int) -> tuple[float, float]:
+        """The colour range of map (layer, head) on the current scale (the browser computes the same)."""
+        if self.scale == "fixed":
+            return float(self.vmin), float(self.vmax)
+        L, H = self._shape[:2]
+        idx = {"map": [layer * H + head], "layer": range(layer * H, (layer + 1) * H), "model": range(L * H)}[self.scale]
+        lo, hi = min(self._map_lo[i] for i in idx), max(self._map_hi[i] for i in idx)
+        if self.raw_scores:
+            lim = max(abs(lo), abs(hi)) or 1.0
+            return -lim, lim
+        return 0.0, hi if hi > 0 else 1.0
+
+    def _display_array(self) -> np.ndarray:
+        """``(layers, heads, Lq, Lk)`` float64 with NaN where a cell is masked."""
+        w = np.frombuffer(self._weights, dtype="<f4").reshape(self._shape).astype(np.float64)
+        if self._mask:
+            w[np.frombuffer(self._mask, np.uint8).reshape(self._shape) == 0] = np.nan
+        return w
+
     @traitlets.validate("selected")
     def _check_selected(self, proposal: dict) -> int | None:
         i = proposal["value"]
@@ -217,18 +281,51 @@ class _AttentionWidget(anywidget.AnyWidget):
             raise _OutOfRange(f"selected must be None or a query index in [0, {self._shape[2] - 1}], got {i}")
         return i
 
+    @traitlets.validate("selected_key")
+    def _check_selected_key(self, proposal: dict) -> int | None:
+        j = proposal["value"]
+        if j is not None and not 0 <= j < self._shape[3]:
+            raise _OutOfRange(f"selected_key must be None or a key index in [0, {self._shape[3] - 1}], got {j}")
+        return j
+
+    @traitlets.validate("scale")
+    def _check_scale(self, proposal: dict) -> str:
+        s = proposal["value"]
+        if s not in SCALES + ("fixed",):
+            raise _OutOfRange(f"scale must be one of {SCALES + ('fixed',)}, got {s!r}; "
+                              "for a fixed range use set_scale((vmin, vmax))")
+        if s == "fixed" and (self.vmin is None or self.vmax is None):
+            raise _OutOfRange("scale='fixed' needs vmin and vmax; use set_scale((vmin, vmax))")
+        return s
+
+    def set_scale(self, scale: str | tuple[float, float]) -> None:
+        """Switch the colour scale: ``"layer"``, ``"map"``, ``"model"`` or a fixed ``(vmin, vmax)``."""
+        name, lo, hi = _parse_scale(scale)
+        with self.hold_sync():
+            if name == "fixed":
+                self.vmin, self.vmax = lo, hi
+            self.scale = name
+
+    def to_html(self, path: str | pathlib.Path) -> pathlib.Path:
+        """Write this widget as one self-contained HTML page (data, script, styles inline; no network)."""
+        from .widget_render import export_html
+
+        return export_html(self, path)
+
     def _current(self) -> tuple[np.ndarray, str]:
-        """The map on display ``(Lq, Lk)`` and its caption, for the static preview; each widget defines it."""
+        """The map on display ``(Lq, Lk)`` and its caption; each widget defines it."""
         raise NotImplementedError(f"{type(self).__name__} must define _current()")
 
     def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict, dict] | None:
         bundle = super()._repr_mimebundle_(**kwargs)
         if bundle is None:
             return None
+        from .widget_render import static_html, static_png
+
         data, metadata = bundle
-        w, caption = self._current()
-        data["text/html"] = _static_html(w, self._query_tokens, self._key_tokens, self._palette_lut,
-                                        self.raw_scores, caption)
+        png = static_png(self)
+        data["image/png"] = png
+        data["text/html"] = static_html(self, png, self._current()[1])
         return data, metadata
 
 
@@ -241,23 +338,29 @@ class AttentionHeatmap(_AttentionWidget):
         query_tokens: ``Lq`` labels of the rows.
         key_tokens: ``Lk`` labels of the columns; None means keys = queries (self-attention).
         title: shown above the map.
-        raw_scores: allow unnormalised scores (any finite values; colours span min..max).
-        cmap: a matplotlib colormap name.
+        raw_scores: allow unnormalised scores (any finite values; a diverging palette centred on 0).
+        cmap: a matplotlib colormap name (default "viridis", or "RdBu_r" for raw scores).
         selected: a query index to pin at start, or None.
+        mask: bool ``(Lq, Lk)``, True = may attend; False cells are drawn in the mask colour.
+        scale: "layer" (the default; for one map the same as "map"), "map", "model", or (vmin, vmax).
+        selected_key: a key index to pin at start ("who attends here"), or None.
 
-    Synced traitlet: ``selected`` (int or None), readable, settable and observable from Python.
+    Synced traitlets: ``selected``, ``selected_key`` (int or None), ``scale`` (with ``vmin``,
+    ``vmax``), readable, settable and observable from Python; ``set_scale`` switches the scale.
     """
 
     def __init__(self, weights: torch.Tensor | np.ndarray, query_tokens: Sequence[str],
                  key_tokens: Sequence[str] | None = None, title: str = "", raw_scores: bool = False,
-                 cmap: str = "viridis", selected: int | None = None, **kwargs: Any) -> None:
+                 cmap: str | None = None, selected: int | None = None, mask: Any = None,
+                 scale: str | tuple[float, float] = "layer", selected_key: int | None = None, **kwargs: Any) -> None:
         w = _to_numpy(weights, "weights")
         if w.ndim != 2:
             hint = "; pick one map, e.g. weights[layer, head] or weights[0, head]" if w.ndim > 2 else ""
             raise ValueError(f"weights must be 2-D (Lq, Lk), got shape {tuple(w.shape)} ({w.ndim}-D){hint}"
                              + ("; AttentionExplorer shows every head" if w.ndim > 2 else ""))
-        traits = self._setup(w[None, None], query_tokens, key_tokens, raw_scores, cmap, _row_tolerance(weights))
-        super().__init__(**traits, title=title, selected=selected, **kwargs)
+        traits = self._setup(w[None, None], query_tokens, key_tokens, raw_scores, cmap, _row_tolerance(weights),
+                             mask, scale)
+        super().__init__(**traits, title=title, selected=selected, selected_key=selected_key, **kwargs)
 
     def _current(self) -> tuple[np.ndarray, str]:
         Lq, Lk = self._shape[2:]
@@ -274,11 +377,14 @@ class AttentionExplorer(_AttentionWidget):
     Args:
         weights: 4-D tensor/array ``(layers, heads, Lq, Lk)``, or a list of per-layer
             ``(heads, Lq, Lk)`` tensors (as collected from a model, batch squeezed).
-        query_tokens, key_tokens, title, raw_scores, cmap, selected: as in AttentionHeatmap.
+        query_tokens, key_tokens, title, raw_scores, cmap, selected, selected_key: as in AttentionHeatmap.
+        mask: bool, True = may attend: ``(Lq, Lk)`` or ``(layers, heads, Lq, Lk)`` (size-1 dims broadcast).
+        scale: "layer" (default: the heads of a layer share one colour scale), "map", "model", or (vmin, vmax).
         layer_names: one name per layer (default "layer 0", "layer 1", ...).
         layer, head: the map shown first.
 
-    Synced traitlets: ``layer``, ``head``, ``selected``; out-of-range values raise ValueError.
+    Synced traitlets: ``layer``, ``head``, ``selected``, ``selected_key``, ``scale``; out-of-range
+    values raise ValueError.
     """
 
     _kind = traitlets.Unicode("explorer").tag(sync=True)
@@ -287,8 +393,9 @@ class AttentionExplorer(_AttentionWidget):
 
     def __init__(self, weights: torch.Tensor | np.ndarray | Sequence[torch.Tensor], query_tokens: Sequence[str],
                  key_tokens: Sequence[str] | None = None, layer_names: Sequence[str] | None = None, title: str = "",
-                 raw_scores: bool = False, cmap: str = "viridis", layer: int = 0, head: int = 0,
-                 selected: int | None = None, **kwargs: Any) -> None:
+                 raw_scores: bool = False, cmap: str | None = None, layer: int = 0, head: int = 0,
+                 selected: int | None = None, mask: Any = None, scale: str | tuple[float, float] = "layer",
+                 selected_key: int | None = None, **kwargs: Any) -> None:
         if isinstance(weights, (list, tuple)):
             per_layer = [_to_numpy(x, f"weights[{i}]") for i, x in enumerate(weights)]
             if not per_layer:
@@ -312,8 +419,9 @@ class AttentionExplorer(_AttentionWidget):
             raise ValueError(f"layer_names has {len(names)} names but weights has shape {tuple(w.shape)}, "
                              f"i.e. {w.shape[0]} layers")
         tol = _row_tolerance(weights[0] if isinstance(weights, (list, tuple)) else weights)
-        traits = self._setup(w, query_tokens, key_tokens, raw_scores, cmap, tol)
-        super().__init__(**traits, _layer_names=names, title=title, layer=layer, head=head, selected=selected, **kwargs)
+        traits = self._setup(w, query_tokens, key_tokens, raw_scores, cmap, tol, mask, scale)
+        super().__init__(**traits, _layer_names=names, title=title, layer=layer, head=head, selected=selected,
+                         selected_key=selected_key, **kwargs)
 
     @traitlets.validate("layer", "head")
     def _check_layer_head(self, proposal: dict) -> int:

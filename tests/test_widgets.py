@@ -4,6 +4,7 @@ The browser side is tested in tests/browser/ (a bare page, and JupyterLab end to
 """
 from __future__ import annotations
 
+import base64
 import io
 import re
 
@@ -14,8 +15,7 @@ import torch
 import traitlets
 
 import attnlib
-from attnlib import AttentionExplorer, AttentionHeatmap
-from attnlib.widgets import ROW_SUM_TOL
+from attnlib.widgets import FILL_BELOW, ROW_SUM_TOL, AttentionExplorer, AttentionHeatmap
 
 TOKENS = "the animal didn't cross the street because it was too tired".split()
 
@@ -39,6 +39,19 @@ def explorer() -> AttentionExplorer:
 
 def test_exported_from_attnlib():
     assert attnlib.AttentionHeatmap is AttentionHeatmap and attnlib.AttentionExplorer is AttentionExplorer
+
+
+def test_widget_modules_import_matplotlib_only_when_drawing():
+    """attnlib.widgets must stay cheap to import (attnlib's __init__ may import it lazily or not at all):
+    no module-level import of matplotlib or attnlib.plotting (which imports pyplot)."""
+    import ast
+
+    for module in ("widgets.py", "widget_render.py"):
+        tree = ast.parse((attnlib.widgets._STATIC.parent / module).read_text())
+        top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        names = [a.name for n in top if isinstance(n, ast.Import) for a in n.names]
+        names += [n.module or "" for n in top if isinstance(n, ast.ImportFrom)]
+        assert not [n for n in names if n.startswith("matplotlib") or n == "plotting"], (module, names)
 
 
 def test_torch_and_numpy_give_the_same_widget():
@@ -245,26 +258,190 @@ def test_stable_text_repr(heatmap, explorer):
                               "layer=0, head=2, selected=None)")
 
 
-def test_mimebundle_has_widget_html_and_plain_text(explorer):
+def png_of(data: dict) -> np.ndarray:
+    assert data["image/png"][:8] == b"\x89PNG\r\n\x1a\n"
+    return matplotlib.image.imread(io.BytesIO(data["image/png"]), format="png")
+
+
+def test_mimebundle_has_widget_png_html_and_plain_text(explorer):
     data, _ = explorer._repr_mimebundle_()
     assert data["application/vnd.jupyter.widget-view+json"]["model_id"] == explorer.model_id
     assert data["text/plain"] == repr(explorer) and "0x" not in data["text/plain"]
+    image = png_of(data)
+    assert image.shape[0] > 200 and image.shape[1] > 400  # a grid of 2 x 4 thumbnails beside the open map
     page = data["text/html"]
-    assert "layer 0, head 0" in page and "didn&#x27;t" in page and "Static preview" in page
-    assert page.count("<td ") == 11 * 11 and "<script" not in page
+    assert "layer 0, head 0" in page and "Static preview" in page and "<script" not in page
+    assert base64.b64encode(data["image/png"]).decode() in page  # the same picture, as an <img>
+
+
+def test_static_png_changes_with_the_state(heatmap):
+    before = heatmap._repr_mimebundle_()[0]["image/png"]
+    assert heatmap._repr_mimebundle_()[0]["image/png"] == before  # deterministic bytes (no timestamps)
+    heatmap.selected = 3  # the pinned row is outlined
+    pinned = heatmap._repr_mimebundle_()[0]["image/png"]
+    assert pinned != before
+    heatmap.selected, heatmap.selected_key = None, 2
+    assert heatmap._repr_mimebundle_()[0]["image/png"] not in (before, pinned)
 
 
 def test_fallback_escapes_tokens():
     hm = AttentionHeatmap(maps(2, 2), ["<pad>", "a&b"], title="<b>x</b>")
     page = hm._repr_mimebundle_()[0]["text/html"]
-    assert "<pad>" not in page and "&lt;pad&gt;" in page and "a&amp;b" in page and "<b>x</b>" not in page
+    assert "<b>x</b>" not in page and "&lt;b&gt;x&lt;/b&gt;" in page
 
 
-def test_big_map_fallback_is_a_small_png():
+def test_big_map_picture_stays_small():
     n = 512
     hm = AttentionHeatmap(maps(n, n), [f"t{i}" for i in range(n)])
-    page = hm._repr_mimebundle_()[0]["text/html"]
-    assert len(page) < 150_000  # a few tens of KB, not megabytes
-    png = __import__("base64").b64decode(re.search(r"base64,([A-Za-z0-9+/=]+)", page).group(1))
-    image = matplotlib.image.imread(io.BytesIO(png), format="png")
-    assert image.shape[:2] == (256, 256)  # 512 tokens block-averaged 2 x 2
+    data = hm._repr_mimebundle_()[0]
+    assert len(data["image/png"]) < 200_000  # tens of KB, not megabytes
+    assert max(png_of(data).shape[:2]) <= 600
+
+
+# ---- colour scale, mask, key pin, export -------------------------------------------------------
+
+def two_heads_015_099() -> torch.Tensor:
+    """Layer 0: head 0 peaks at 0.15 (nearly uniform over 8 keys), head 1 at 0.99."""
+    w = torch.zeros(1, 2, 8, 8)
+    w[0, 0] = 0.85 / 7
+    w[0, 0].fill_diagonal_(0.15)
+    w[0, 1] = 0.01 / 7
+    w[0, 1].fill_diagonal_(0.99)
+    return w
+
+
+def test_default_scale_is_shared_by_the_layer():
+    ex = AttentionExplorer(two_heads_015_099(), list("abcdefgh"))
+    assert ex.scale == "layer"
+    assert ex._range(0, 0) == ex._range(0, 1) == (0.0, pytest.approx(0.99))
+    ex.set_scale("map")  # per map, the dim head is stretched to the top colour
+    assert ex._range(0, 0) == (0.0, pytest.approx(0.15)) and ex.scale == "map"
+    ex.set_scale((0, 0.5))
+    assert (ex.scale, ex.vmin, ex.vmax) == ("fixed", 0.0, 0.5) and ex._range(0, 1) == (0.0, 0.5)
+
+
+def test_model_scale_spans_every_layer():
+    dim = two_heads_015_099()[:, :1]
+    w = torch.cat([two_heads_015_099(), torch.cat([dim, dim], dim=1)])  # layer 1: two copies of the dim head
+    ex = AttentionExplorer(w, list("abcdefgh"), scale="model")
+    assert ex._range(1, 0)[1] == pytest.approx(0.99)
+    ex.set_scale("layer")
+    assert ex._range(1, 0)[1] == pytest.approx(0.15)
+
+
+@pytest.mark.parametrize("scale, match", [
+    ("head", r"scale must be one of \('layer', 'map', 'model'\) or a \(vmin, vmax\) pair, got 'head'"),
+    ((1, 0), r"vmin < vmax, got \(1.0, 0.0\)"),
+    ((0, float("nan")), r"finite with vmin < vmax, got \(0.0, nan\)"),
+    ((0, 1, 2), r"a \(vmin, vmax\) pair of numbers, got \(0, 1, 2\)"),
+    (("a", "b"), r"pair of numbers, got \('a', 'b'\)"),
+])
+def test_bad_scale_rejected(scale, match):
+    with pytest.raises(ValueError, match=match):
+        AttentionHeatmap(maps(3, 3), list("abc"), scale=scale)
+    hm = AttentionHeatmap(maps(3, 3), list("abc"))
+    with pytest.raises(ValueError, match=match):
+        hm.set_scale(scale)
+    assert hm.scale == "layer"
+
+
+def test_scale_trait_checked_from_python_and_browser(heatmap):
+    with pytest.raises(ValueError, match=r"scale must be one of .*got 'huge'"):
+        heatmap.scale = "huge"
+    with pytest.raises(ValueError, match=r"scale='fixed' needs vmin and vmax"):
+        heatmap.scale = "fixed"
+    heatmap.set_state({"vmin": 0.0, "vmax": 1.0, "scale": "fixed"})  # what the scale menu sends
+    assert heatmap._range(0, 0) == (0.0, 1.0)
+
+
+def test_selected_key_synced_and_checked(heatmap):
+    seen = []
+    heatmap.observe(lambda c: seen.append(c["new"]), names="selected_key")
+    heatmap.set_state({"selected_key": 4})
+    assert heatmap.selected_key == 4 and seen == [4]
+    with pytest.raises(ValueError, match=r"selected_key must be None or a key index in \[0, 10\], got 11"):
+        heatmap.selected_key = 11
+    with pytest.raises(ValueError, match=r"selected_key must be None or a key index in \[0, 4\], got 5"):
+        AttentionHeatmap(maps(3, 5), list("abc"), list("vwxyz"), selected_key=5)
+
+
+def causal_weights(n: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
+    allowed = torch.ones(n, n, dtype=torch.bool).tril()
+    scores = torch.randn(n, n, generator=torch.Generator().manual_seed(7)).masked_fill(~allowed, -1e9)
+    return scores, allowed
+
+
+def test_mask_marks_cells_and_is_checked():
+    scores, allowed = causal_weights()
+    hm = AttentionHeatmap(torch.softmax(scores, -1), list("abcde"), mask=allowed)
+    np.testing.assert_array_equal(hm.mask, allowed.numpy())
+    assert np.isnan(hm._display_array()[0, 0][~allowed.numpy()]).all()
+    with pytest.raises(ValueError, match=r"mask must be bool \(True = may attend\), got dtype int64"):
+        AttentionHeatmap(torch.softmax(scores, -1), list("abcde"), mask=allowed.long())
+    with pytest.raises(ValueError, match=r"mask has shape \(5,\) but weights have shape \(5, 5\); expected \(Lq, Lk\)"):
+        AttentionHeatmap(torch.softmax(scores, -1), list("abcde"), mask=allowed[0])
+    with pytest.raises(ValueError, match=r"may not attend, but its weight is .*is the mask inverted"):
+        AttentionHeatmap(torch.softmax(scores, -1), list("abcde"), mask=~allowed)
+    ex = AttentionExplorer(torch.softmax(scores, -1).expand(2, 3, 5, 5), list("abcde"), mask=allowed[None, None])
+    assert ex.mask.shape == (2, 3, 5, 5) and not ex.mask[1, 2, 0, 4]
+    with pytest.raises(ValueError, match=r"mask has shape \(3, 5, 5\) but weights have shape \(2, 3, 5, 5\)"):
+        AttentionExplorer(torch.softmax(scores, -1).expand(2, 3, 5, 5), list("abcde"), mask=allowed.expand(3, 5, 5))
+
+
+def test_raw_scores_diverge_around_zero_and_fills_do_not_crush_the_range():
+    scores, allowed = causal_weights()
+    hm = AttentionHeatmap(scores, list("abcde"), raw_scores=True)  # -1e9 fills, no mask given
+    lim = float(scores[allowed].abs().max())
+    assert hm._range(0, 0) == (pytest.approx(-lim), pytest.approx(lim))  # not (-1e9, ...)
+    assert not hm.mask[0, 4] and hm.mask[4, 0] and FILL_BELOW > -1e9
+    lut = hm._palette_lut.astype(int)
+    assert (lut[128] > 230).all() and lut[0, 2] > lut[0, 0] and lut[255, 0] > lut[255, 2]  # white middle, blue low, red high
+
+
+def test_mask_colour_is_not_in_the_palette():
+    for raw in (False, True):
+        hm = AttentionHeatmap(causal_weights()[0], list("abcde"), raw_scores=True) if raw else AttentionHeatmap(maps(3, 3), list("abc"))
+        dist = np.sqrt(((hm._palette_lut.astype(float) - np.array(hm._mask_rgb)) ** 2).sum(1)).min()
+        assert dist > 60, (raw, hm._mask_rgb, dist)
+
+
+def test_to_html_writes_one_self_contained_page(explorer, tmp_path):
+    out = explorer.to_html(tmp_path / "explorer.html")
+    page = out.read_text()
+    assert "export default" not in page and "function render" in page and "attnlib-attn" in page
+    assert re.search(r"(src|href)=[\"'](https?:|//)", page) is None  # nothing loaded from elsewhere
+    assert base64.b64encode(explorer._weights).decode() in page
+    with pytest.raises(ValueError, match=r"path must end in .html or .htm, got '.*explorer.png'"):
+        explorer.to_html(tmp_path / "explorer.png")
+    with pytest.raises(ValueError, match="the folder of path does not exist"):
+        explorer.to_html(tmp_path / "missing" / "explorer.html")
+
+
+# ---- compare ----------------------------------------------------------------------------------
+
+def test_compare_shares_one_scale_and_links_the_views():
+    from attnlib.widget_compare import compare
+
+    a, b = maps(2, 3, 11, 11, seed=1), maps(2, 3, 11, 11, seed=2)
+    view = compare(a, b, TOKENS, names=("tired", "wide"), layer=1)
+    top = float(max(a.max(), b.max()))
+    assert view.a._range(0, 0) == view.b._range(1, 2) == (0.0, pytest.approx(top))  # one scale for A and B
+    np.testing.assert_allclose(view.diff.weights, (a - b).numpy(), atol=1e-6)
+    assert view.diff.raw_scores and view.diff._range(0, 0)[0] == -view.diff._range(0, 0)[1]
+    view.b.head, view.diff.selected = 2, 4  # as a click in either view would
+    assert (view.a.head, view.diff.head, view.a.selected, view.b.selected, view.a.layer) == (2, 2, 4, 4, 1)
+    data = view._repr_mimebundle_()[0]
+    assert png_of(data).shape[0] > 600 and "tired" in data["text/plain"] and "0x" not in data["text/plain"]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(b=maps(2, 3, 11, 10)), r"a has shape \(2, 3, 11, 11\) but b has shape \(2, 3, 11, 10\)"),
+    (dict(names=("a",)), r"names must be two strings, got \('a',\)"),
+    (dict(scale="map"), r"compare sets scale itself"),
+])
+def test_compare_bad_input(kwargs, match):
+    from attnlib.widget_compare import compare
+
+    args = dict(a=maps(2, 3, 11, 11), b=maps(2, 3, 11, 11, seed=1), query_tokens=TOKENS) | kwargs
+    with pytest.raises(ValueError, match=match):
+        compare(**args)

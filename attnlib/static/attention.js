@@ -1,18 +1,23 @@
 // Browser side of attnlib.widgets (AttentionHeatmap, AttentionExplorer).
 // Vanilla ES module, no build step, no dependencies. Every piece of state lives in the
 // closure of one render() call and every element hangs under `el`, so any number of
-// widgets (or views of one widget) work side by side on a page.
+// widgets (or views of one widget) work side by side on a page. The same code runs in the
+// page written by to_html(), with a kernel-free model.
 //
 // Model traits read here (written by attnlib/widgets.py):
 //   _weights      float32 little-endian bytes, C order, shape _shape
+//   _mask         uint8 per cell (1 = may attend), or empty (nothing masked)
 //   _shape        [layers, heads, Lq, Lk]
-//   _palette      256 x RGB bytes (the colormap)
+//   _map_lo, _map_hi  per map (layer-major): smallest and largest unmasked value
+//   _palette      256 x RGB bytes (the colormap); _mask_rgb: the colour of masked cells
 //   _query_tokens, _key_tokens, _layer_names, _kind ("heatmap" | "explorer"), title, raw_scores
-//   selected (synced, null or a query index), layer and head (explorer only, synced)
+//   synced: selected (query index | null), selected_key (key index | null),
+//           scale ("layer" | "map" | "model" | "fixed"), vmin, vmax; explorer: layer, head
 
 const MAX_SIDE = 512; // CSS px of the longer side; up to 512 tokens a cell is >= 1 px (more: shrunk, point via the token strips)
 const LABEL_MIN_CELL = 9; // draw token labels beside the map when cells are at least this big
-const THUMB = 72; // CSS px of an overview thumbnail
+const THUMB = 56; // CSS px of a grid thumbnail
+const BAR_W = 180, BAR_H = 10; // colour bar
 
 function h(tag, attrs = {}, text = "") {
   const node = document.createElement(tag);
@@ -26,6 +31,7 @@ function bytesOf(v) {
   if (v instanceof ArrayBuffer) return new Uint8Array(v);
   if (ArrayBuffer.isView(v)) return new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
   if (typeof v === "string") return Uint8Array.from(atob(v), (c) => c.charCodeAt(0)); // base64
+  if (v == null) return new Uint8Array(0);
   throw new Error("attnlib: cannot read binary trait of type " + typeof v);
 }
 
@@ -35,14 +41,18 @@ function floatsOf(v) {
   return new Float32Array(b.slice().buffer); // unaligned view: copy once
 }
 
-const fmt = (v) => v.toFixed(3);
-const esc = (s) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+const fmt = (v) => (Math.abs(v) >= 1e4 ? v.toExponential(2) : v.toFixed(3));
+const esc = (s) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
 
 function render({ model, el }) {
   const t0 = performance.now();
   const [nL, nH, Lq, Lk] = model.get("_shape");
   const data = floatsOf(model.get("_weights"));
+  const maskBytes = bytesOf(model.get("_mask"));
+  const masked = maskBytes.length > 0 ? (p) => maskBytes[p] === 0 : () => false;
   const pal = bytesOf(model.get("_palette"));
+  const maskRGB = model.get("_mask_rgb") || [225, 225, 225];
+  const mapLo = model.get("_map_lo"), mapHi = model.get("_map_hi");
   const qTok = model.get("_query_tokens");
   const kTok = model.get("_key_tokens");
   const raw = model.get("raw_scores");
@@ -50,55 +60,100 @@ function render({ model, el }) {
   const layerNames = model.get("_layer_names") || [];
   const layer = () => (explorer ? model.get("layer") : 0);
   const head = () => (explorer ? model.get("head") : 0);
-  const view = { hover: null, hoverCol: null }; // local, never synced: no kernel round trip
+  const selRow = () => model.get("selected") ?? null;
+  const selCol = () => model.get("selected_key") ?? null;
+  const view = { hover: null, hoverCol: null, qShaded: false, lastA: null, lastSel: null, lastSelK: null }; // local, never synced: no kernel round trip
   const mapStart = (l, hd) => (l * nH + hd) * Lq * Lk;
   const weight = (i, j) => data[mapStart(layer(), head()) + i * Lk + j];
+  const isMasked = (i, j) => masked(mapStart(layer(), head()) + i * Lk + j);
+  const lname = (l) => layerNames[l] || "layer " + l;
 
-  // Colour range of one map: 0..max for weights, min..max for raw scores.
-  const ranges = new Map();
+  // ---- colour: the range of a map on the current scale (the same rule as _range in Python) ----
   function rangeOf(l, hd) {
-    const key = l + ":" + hd;
-    if (!ranges.has(key)) {
-      let lo = Infinity, hi = -Infinity;
-      const s = mapStart(l, hd);
-      for (let p = s; p < s + Lq * Lk; p++) { const v = data[p]; if (v < lo) lo = v; if (v > hi) hi = v; }
-      if (!raw) lo = 0;
-      ranges.set(key, [lo, hi > lo ? hi : lo + 1]);
-    }
-    return ranges.get(key);
+    const s = model.get("scale");
+    if (s === "fixed") return [model.get("vmin"), model.get("vmax")];
+    const from = s === "map" ? l * nH + hd : s === "layer" ? l * nH : 0;
+    const to = s === "map" ? from + 1 : s === "layer" ? from + nH : nL * nH;
+    let lo = Infinity, hi = -Infinity;
+    for (let m = from; m < to; m++) { lo = Math.min(lo, mapLo[m]); hi = Math.max(hi, mapHi[m]); }
+    if (raw) { const lim = Math.max(Math.abs(lo), Math.abs(hi)) || 1; return [-lim, lim]; }
+    return [0, hi > 0 ? hi : 1];
   }
   function colourIndex(v, [lo, hi]) {
     const k = Math.round(((v - lo) / (hi - lo)) * 255);
     return k < 0 ? 0 : k > 255 ? 255 : k;
   }
-  function rgb(k) { return `rgb(${pal[3 * k]},${pal[3 * k + 1]},${pal[3 * k + 2]})`; }
+  const rgb = (k) => `rgb(${pal[3 * k]},${pal[3 * k + 1]},${pal[3 * k + 2]})`;
+  const maskCss = `rgb(${maskRGB[0]},${maskRGB[1]},${maskRGB[2]})`;
   function inkFor(k) { // black text on light colours, white on dark ones
     const lum = 0.299 * pal[3 * k] + 0.587 * pal[3 * k + 1] + 0.114 * pal[3 * k + 2];
     return lum > 140 ? "#000" : "#fff";
   }
 
-  // One pixel per cell, painted once per (layer, head) into an off-screen canvas.
+  // One pixel per cell, painted once per (layer, head, scale) into an off-screen canvas.
   const images = new Map();
   function imageOf(l, hd) {
     const key = l + ":" + hd;
     if (!images.has(key)) {
       const c = document.createElement("canvas");
       c.width = Lk; c.height = Lq;
-      const ctx = c.getContext("2d");
-      const img = ctx.createImageData(Lk, Lq);
+      const cx = c.getContext("2d");
+      const img = cx.createImageData(Lk, Lq);
       const px = img.data, s = mapStart(l, hd), r = rangeOf(l, hd);
       for (let p = 0; p < Lq * Lk; p++) {
-        const k = colourIndex(data[s + p], r);
-        px[4 * p] = pal[3 * k]; px[4 * p + 1] = pal[3 * k + 1]; px[4 * p + 2] = pal[3 * k + 2]; px[4 * p + 3] = 255;
+        if (masked(s + p)) {
+          px[4 * p] = maskRGB[0]; px[4 * p + 1] = maskRGB[1]; px[4 * p + 2] = maskRGB[2];
+        } else {
+          const k = colourIndex(data[s + p], r);
+          px[4 * p] = pal[3 * k]; px[4 * p + 1] = pal[3 * k + 1]; px[4 * p + 2] = pal[3 * k + 2];
+        }
+        px[4 * p + 3] = 255;
       }
-      ctx.putImageData(img, 0, 0);
+      cx.putImageData(img, 0, 0);
       images.set(key, c);
     }
     return images.get(key);
   }
 
+  // A grid thumbnail: each pixel is the strongest cell of its block (so peaks never vanish), on the scale.
+  const thumbImages = new Map();
+  function thumbOf(l, hd) {
+    const key = l + ":" + hd;
+    if (!thumbImages.has(key)) {
+      const tw = Math.min(THUMB, Lk), th = Math.min(THUMB, Lq);
+      const c = document.createElement("canvas");
+      c.width = tw; c.height = th;
+      const cx = c.getContext("2d"), img = cx.createImageData(tw, th), px = img.data;
+      const s = mapStart(l, hd), r = rangeOf(l, hd);
+      for (let y = 0; y < th; y++) {
+        const i0 = Math.floor((y * Lq) / th), i1 = Math.max(i0 + 1, Math.floor(((y + 1) * Lq) / th));
+        for (let x = 0; x < tw; x++) {
+          const j0 = Math.floor((x * Lk) / tw), j1 = Math.max(j0 + 1, Math.floor(((x + 1) * Lk) / tw));
+          let best = NaN;
+          for (let i = i0; i < i1; i++) {
+            for (let j = j0; j < j1; j++) {
+              const p = s + i * Lk + j;
+              if (!masked(p) && !(Math.abs(data[p]) <= Math.abs(best))) best = data[p];
+            }
+          }
+          const q = 4 * (y * tw + x);
+          if (Number.isNaN(best)) { px[q] = maskRGB[0]; px[q + 1] = maskRGB[1]; px[q + 2] = maskRGB[2]; }
+          else { const k = colourIndex(best, r); px[q] = pal[3 * k]; px[q + 1] = pal[3 * k + 1]; px[q + 2] = pal[3 * k + 2]; }
+          px[q + 3] = 255;
+        }
+      }
+      cx.putImageData(img, 0, 0);
+      thumbImages.set(key, c);
+    }
+    return thumbImages.get(key);
+  }
+
   // ---- DOM ----
-  const root = h("div", { class: "attnlib-attn", "data-testid": "attn-root", "data-kind": explorer ? "explorer" : "heatmap" });
+  const root = h("div", {
+    class: "attnlib-attn", "data-testid": "attn-root", "data-kind": explorer ? "explorer" : "heatmap", tabindex: "0",
+    role: "group", "aria-label": `attention map, ${Lq} queries by ${Lk} keys. Arrow keys move the query (up, down) `
+      + "and key (left, right) cursor, Enter pins, Escape unpins.",
+  });
   const header = h("div", { class: "attnlib-header" });
   const titleEl = h("span", { class: "attnlib-title", "data-testid": "title" }, model.get("title") || "");
   header.append(titleEl);
@@ -107,37 +162,51 @@ function render({ model, el }) {
   header.append(pin);
   root.append(header);
 
-  let layerSel = null, headSel = null, overview = null;
-  const thumbs = [];
+  let layerSel = null, headSel = null, scaleSel = null, grid = null;
+  const thumbs = []; // [l][hd] -> canvas
+  const controls = h("div", { class: "attnlib-controls" });
+  const labelled = (text, node) => { const lab = h("label", {}, text + " "); lab.append(node); return lab; };
+  scaleSel = h("select", { "data-testid": "scale-select", "aria-label": "colour scale" });
+  for (const [v, t] of [["layer", "one per layer"], ["map", "one per map"], ["model", "whole model"], ["fixed", "fixed"]]) {
+    scaleSel.append(h("option", { value: v }, t));
+  }
   if (explorer) {
-    const controls = h("div", { class: "attnlib-controls" });
     layerSel = h("select", { "data-testid": "layer-select", "aria-label": "layer" });
-    for (let l = 0; l < nL; l++) layerSel.append(h("option", { value: String(l) }, layerNames[l] || "layer " + l));
+    for (let l = 0; l < nL; l++) layerSel.append(h("option", { value: String(l) }, lname(l)));
     headSel = h("select", { "data-testid": "head-select", "aria-label": "head" });
     for (let hd = 0; hd < nH; hd++) headSel.append(h("option", { value: String(hd) }, "head " + hd));
-    const lab1 = h("label", {}, "layer "), lab2 = h("label", {}, "head ");
-    lab1.append(layerSel); lab2.append(headSel);
-    controls.append(lab1, lab2);
-    overview = h("div", { class: "attnlib-overview", "data-testid": "head-overview" });
-    for (let hd = 0; hd < nH; hd++) {
-      const b = h("button", { class: "attnlib-thumb", type: "button", "data-testid": `head-thumb-${hd}`, "data-head": String(hd), title: `open head ${hd}` });
-      const c = h("canvas", { width: String(THUMB), height: String(THUMB) });
-      b.append(c, h("span", {}, "head " + hd));
-      overview.append(b);
-      thumbs.push(c);
+    controls.append(labelled("layer", layerSel), labelled("head", headSel));
+    grid = h("div", { class: "attnlib-grid", "data-testid": "head-grid", role: "grid", "aria-label": "every layer and head" });
+    grid.style.gridTemplateColumns = `auto repeat(${nH}, ${THUMB + 6}px)`;
+    grid.append(h("span", {}));
+    for (let hd = 0; hd < nH; hd++) grid.append(h("span", { class: "attnlib-gridhead" }, "head " + hd));
+    for (let l = 0; l < nL; l++) {
+      grid.append(h("span", { class: "attnlib-gridhead" }, lname(l)));
+      thumbs.push([]);
+      for (let hd = 0; hd < nH; hd++) {
+        const b = h("button", { class: "attnlib-thumb", type: "button", "data-testid": `thumb-${l}-${hd}`,
+          "data-layer": String(l), "data-head": String(hd), "aria-label": `open ${lname(l)}, head ${hd}` });
+        const c = h("canvas", { width: String(THUMB), height: String(THUMB) });
+        const mark = h("canvas", { width: String(THUMB), height: String(THUMB), class: "attnlib-thumbmark" });
+        b.append(c, mark);
+        grid.append(b);
+        thumbs[l].push([c, mark]);
+      }
     }
-    root.append(controls, overview);
   }
+  controls.append(labelled("colour scale", scaleSel));
+  root.append(controls);
 
-  root.append(h("div", { class: "attnlib-caption" }, "queries (rows): hover to preview, click to pin"));
+  root.append(h("div", { class: "attnlib-caption" }, "queries (rows): hover to see where each looks; click to pin"));
   const qStrip = h("div", { class: "attnlib-tokens", "data-testid": "query-tokens" });
   // Built as one escaped HTML string: one parse instead of a createElement per token.
   qStrip.innerHTML = qTok.map((t, i) => `<span class="attnlib-tok attnlib-q" data-testid="query-token-${i}" data-i="${i}" `
-    + `tabindex="0" role="button" aria-pressed="false">${esc(t)}</span>`).join("");
+    + `tabindex="-1" role="button" aria-pressed="false" aria-label="query ${esc(t)}">${esc(t)}</span>`).join("");
   const qChips = Array.from(qStrip.children);
-  root.append(qStrip, h("div", { class: "attnlib-caption" }, "keys (columns): shaded by the weight of the highlighted query"));
+  root.append(qStrip, h("div", { class: "attnlib-caption" }, "keys (columns): hover to see who attends here; click to pin"));
   const kStrip = h("div", { class: "attnlib-tokens", "data-testid": "key-tokens" });
-  kStrip.innerHTML = kTok.map((t, j) => `<span class="attnlib-tok attnlib-k" data-testid="key-token-${j}" data-j="${j}">${esc(t)}</span>`).join("");
+  kStrip.innerHTML = kTok.map((t, j) => `<span class="attnlib-tok attnlib-k" data-testid="key-token-${j}" data-j="${j}" `
+    + `tabindex="-1" role="button" aria-pressed="false" aria-label="key ${esc(t)}">${esc(t)}</span>`).join("");
   const kChips = Array.from(kStrip.children);
   const readout = h("div", { class: "attnlib-readout", "data-testid": "readout", "aria-live": "polite" });
   root.append(kStrip, readout);
@@ -146,7 +215,8 @@ function render({ model, el }) {
   const maxL = Math.max(Lq, Lk);
   const cell = maxL <= MAX_SIDE ? Math.min(28, Math.floor(MAX_SIDE / maxL)) : MAX_SIDE / maxL;
   const labels = cell >= LABEL_MIN_CELL;
-  const canvas = h("canvas", { class: "attnlib-map", "data-testid": "heatmap-canvas" });
+  const canvas = h("canvas", { class: "attnlib-map", "data-testid": "heatmap-canvas", role: "img",
+    "aria-label": "attention map: rows are queries, columns are keys" });
   const overlay = h("canvas", { class: "attnlib-overlay", "data-testid": "heatmap-overlay" });
   const ctx = canvas.getContext("2d"), octx = overlay.getContext("2d");
   const font = "11px monospace";
@@ -166,9 +236,35 @@ function render({ model, el }) {
   const mapBox = h("div", { class: "attnlib-mapbox" });
   mapBox.style.width = W + "px"; mapBox.style.height = H + "px";
   mapBox.append(canvas, overlay);
+  const bar = h("div", { class: "attnlib-colorbar", "data-testid": "colorbar" });
+  const barCanvas = h("canvas", { width: String(BAR_W), height: String(BAR_H), "aria-hidden": "true" });
+  const barTicks = h("div", { class: "attnlib-ticks" });
+  const maskKey = h("span", { class: "attnlib-maskkey", "data-testid": "mask-key" });
+  maskKey.innerHTML = `<i style="background:${maskCss}"></i>masked`;
+  maskKey.hidden = maskBytes.length === 0;
+  const barBox = h("div", {}); barBox.append(barCanvas, barTicks);
+  bar.append(barBox, maskKey);
   const legend = h("div", { class: "attnlib-legend", "data-testid": "legend" });
-  root.append(mapBox, legend);
+  if (explorer) {
+    const body = h("div", { class: "attnlib-body" });
+    const side = h("div", {}); side.append(mapBox, bar, legend);
+    body.append(side, grid);
+    root.append(body);
+  } else {
+    root.append(mapBox, bar, legend);
+  }
   el.append(root);
+
+  const scaleText = () => ({ layer: "one scale per layer", map: "one scale per map", model: "one scale for the whole model",
+    fixed: "fixed scale" })[model.get("scale")];
+
+  function drawBar() {
+    const [lo, hi] = rangeOf(layer(), head());
+    const b = barCanvas.getContext("2d");
+    for (let x = 0; x < BAR_W; x++) { b.fillStyle = rgb(Math.round((x / (BAR_W - 1)) * 255)); b.fillRect(x, 0, 1, BAR_H); }
+    barTicks.innerHTML = [lo, (lo + hi) / 2, hi].map((v) => `<span>${fmt(v)}</span>`).join("");
+    bar.dataset.vmin = fmt(lo); bar.dataset.vmax = fmt(hi);
+  }
 
   function drawMap() {
     const l = layer(), hd = head();
@@ -187,142 +283,220 @@ function render({ model, el }) {
         ctx.fillText(clip(t), 0, 0); ctx.restore();
       });
     }
-    const [lo, hi] = rangeOf(l, hd);
-    legend.textContent = (raw ? `raw scores, colour ${fmt(lo)} to ${fmt(hi)}` : `colour 0 to ${fmt(hi)} (largest weight in this map)`)
-      + " \u00b7 rows = queries, columns = keys" + (explorer ? ` \u00b7 ${layerNames[l] || "layer " + l}, head ${hd}` : "");
-    root.dataset.layer = String(l); root.dataset.head = String(hd);
+    drawBar();
+    legend.textContent = (raw ? "raw scores, diverging around 0" : "attention weight") + ` \u00b7 ${scaleText()}`
+      + " \u00b7 rows = queries, columns = keys" + (explorer ? ` \u00b7 ${lname(l)}, head ${hd}` : "");
+    root.dataset.layer = String(l); root.dataset.head = String(hd); root.dataset.scale = model.get("scale");
   }
 
-  function drawThumbs() {
-    const l = layer(), a = activeRow();
-    thumbs.forEach((c, hd) => {
-      const t = c.getContext("2d");
-      t.imageSmoothingEnabled = false;
-      t.drawImage(imageOf(l, hd), 0, 0, THUMB, THUMB);
-      if (a !== null) {
-        const y = (a / Lq) * THUMB, hh = Math.max(2, THUMB / Lq);
-        t.strokeStyle = "#ff4d4d"; t.lineWidth = 1.5; t.strokeRect(0.75, y, THUMB - 1.5, hh);
-      }
-      c.parentElement.classList.toggle("is-current", hd === head());
-      c.parentElement.setAttribute("aria-pressed", String(hd === head()));
-    });
-  }
+  const activeRow = () => (view.hover !== null ? view.hover : selRow());
+  const activeCol = () => (view.hoverCol !== null ? view.hoverCol : selCol());
 
-  const activeRow = () => (view.hover !== null ? view.hover : model.get("selected") ?? null);
-
-  function update() { // cheap: overlay + chips + readout, no repaint of the map itself
-    const a = activeRow(), sel = model.get("selected") ?? null;
-    root.dataset.activeRow = a === null ? "" : String(a);
-    root.dataset.hoverRow = view.hover === null ? "" : String(view.hover);
-    root.dataset.selected = sel === null ? "" : String(sel);
-    octx.clearRect(0, 0, W, H);
-    if (a !== null) {
-      octx.fillStyle = "rgba(0,0,0,0.5)"; // dim every other row
-      octx.fillRect(left, top, Lk * cell, a * cell);
-      octx.fillRect(left, top + (a + 1) * cell, Lk * cell, (Lq - a - 1) * cell);
-      octx.strokeStyle = "#ff4d4d"; octx.lineWidth = 2;
-      octx.strokeRect(left - 1, top + a * cell - 1, Lk * cell + 2, cell + 2);
-      if (view.hoverCol !== null) {
-        octx.strokeStyle = "#fff"; octx.lineWidth = 1.5;
-        octx.strokeRect(left + view.hoverCol * cell - 1, top + a * cell - 1, cell + 2, cell + 2);
+  function drawThumbBases() { // once, and again when the scale changes
+    for (let l = 0; l < nL; l++) {
+      for (let hd = 0; hd < nH; hd++) {
+        const t = thumbs[l][hd][0].getContext("2d");
+        t.imageSmoothingEnabled = false;
+        t.drawImage(thumbOf(l, hd), 0, 0, THUMB, THUMB);
       }
     }
-    const r = rangeOf(layer(), head());
-    kChips.forEach((c, j) => {
-      if (a === null) {
-        c.style.background = ""; c.style.color = ""; c.removeAttribute("title"); c.removeAttribute("data-weight");
-      } else {
-        const v = weight(a, j), k = colourIndex(v, r);
-        c.style.background = rgb(k); c.style.color = inkFor(k);
-        c.title = `${qTok[a]} \u2192 ${kTok[j]}: ${fmt(v)}`;
-        c.dataset.weight = fmt(v);
+  }
+  let marked = "";
+  function drawThumbs() { // cheap: only the outlines, on a small canvas above each thumbnail
+    const a = activeRow(), b = activeCol(), key = `${a}:${b}:${layer()}:${head()}`;
+    if (key === marked) return;
+    marked = key;
+    for (let l = 0; l < nL; l++) {
+      for (let hd = 0; hd < nH; hd++) {
+        const [c, mark] = thumbs[l][hd], t = mark.getContext("2d");
+        t.clearRect(0, 0, THUMB, THUMB);
+        t.strokeStyle = "#ff3030"; t.lineWidth = 1.5;
+        if (a !== null) t.strokeRect(0.75, (a / Lq) * THUMB, THUMB - 1.5, Math.max(2, THUMB / Lq));
+        if (b !== null) t.strokeRect((b / Lk) * THUMB, 0.75, Math.max(2, THUMB / Lk), THUMB - 1.5);
+        const current = l === layer() && hd === head();
+        c.parentElement.classList.toggle("is-current", current);
+        c.parentElement.setAttribute("aria-pressed", String(current));
       }
-      c.classList.toggle("is-hovered", j === view.hoverCol);
+    }
+  }
+
+  let chipRange = [0, 1]; // the range of the map on display, set once per update()
+  function shade(chip, v, isMask, text) {
+    if (isMask) {
+      chip.style.background = maskCss; chip.style.color = "#000"; chip.dataset.weight = "masked";
+      chip.title = text + ": masked";
+      return;
+    }
+    const k = colourIndex(v, chipRange);
+    chip.style.background = rgb(k); chip.style.color = inkFor(k);
+    chip.title = `${text}: ${fmt(v)}`; chip.dataset.weight = fmt(v);
+  }
+  const clear = (chip) => { chip.style.background = ""; chip.style.color = ""; chip.removeAttribute("title"); chip.removeAttribute("data-weight"); };
+  const cellText = (i, j) => (isMasked(i, j) ? "masked" : fmt(weight(i, j)));
+
+  function update() { // cheap: overlay + chips + readout, no repaint of the map itself
+    const a = activeRow(), b = activeCol(), sel = selRow(), selK = selCol();
+    chipRange = rangeOf(layer(), head());
+    Object.assign(root.dataset, { activeRow: a ?? "", hoverRow: view.hover ?? "", activeCol: b ?? "",
+      selected: sel ?? "", selectedKey: selK ?? "" });
+    octx.clearRect(0, 0, W, H);
+    octx.fillStyle = "rgba(0,0,0,0.5)"; // dim what is not lit
+    if (a !== null) {
+      octx.fillRect(left, top, Lk * cell, a * cell);
+      octx.fillRect(left, top + (a + 1) * cell, Lk * cell, (Lq - a - 1) * cell);
+    } else if (b !== null) {
+      octx.fillRect(left, top, b * cell, Lq * cell);
+      octx.fillRect(left + (b + 1) * cell, top, (Lk - b - 1) * cell, Lq * cell);
+    }
+    octx.strokeStyle = "#ff3030"; octx.lineWidth = 2;
+    if (a !== null) octx.strokeRect(left - 1, top + a * cell - 1, Lk * cell + 2, cell + 2);
+    if (b !== null) {
+      octx.strokeStyle = a !== null ? "#fff" : "#ff3030"; octx.lineWidth = a !== null ? 1.5 : 2;
+      if (a !== null) octx.strokeRect(left + b * cell - 1, top + a * cell - 1, cell + 2, cell + 2);
+      else octx.strokeRect(left + b * cell - 1, top - 1, cell + 2, Lq * cell + 2);
+    }
+    kChips.forEach((c, j) => {
+      if (a === null) clear(c); else shade(c, weight(a, j), isMasked(a, j), `${qTok[a]} \u2192 ${kTok[j]}`);
+      c.classList.toggle("is-hovered", j === b);
     });
-    qChips.forEach((c, i) => {
-      c.classList.toggle("is-active", i === a);
-      c.classList.toggle("is-pinned", i === sel);
-      c.setAttribute("aria-pressed", String(i === sel));
+    if (selK !== view.lastSelK) { // pinned state: touched only when the pin changes
+      for (const j of [view.lastSelK, selK]) {
+        if (j === null || j === undefined) continue;
+        kChips[j].classList.toggle("is-pinned", j === selK); kChips[j].setAttribute("aria-pressed", String(j === selK));
+      }
+      view.lastSelK = selK;
+    }
+    const qShade = a === null && b !== null; // query chips carry a column only when no row is lit
+    if (qShade || view.qShaded) qChips.forEach((c, i) => {
+      if (qShade) shade(c, weight(i, b), isMasked(i, b), `${qTok[i]} \u2192 ${kTok[b]}`);
+      else if (view.qShaded) clear(c); // untouched chips are left alone: 512 style writes per hover add up
     });
-    pin.hidden = sel === null;
-    pin.textContent = sel === null ? "" : `pinned: ${qTok[sel]} \u00d7`;
-    if (a === null) {
-      readout.textContent = "Hover a query token (or a row of the map) to see where it looks; click to pin it.";
-    } else if (view.hoverCol !== null) {
-      readout.textContent = `${qTok[a]} \u2192 ${kTok[view.hoverCol]}: ${fmt(weight(a, view.hoverCol))}`;
+    for (const i of [view.lastA, a]) if (i !== null && i !== undefined) qChips[i].classList.toggle("is-active", i === a);
+    view.lastA = a;
+    if (sel !== view.lastSel) {
+      for (const i of [view.lastSel, sel]) {
+        if (i === null || i === undefined) continue;
+        qChips[i].classList.toggle("is-pinned", i === sel); qChips[i].setAttribute("aria-pressed", String(i === sel));
+      }
+      view.lastSel = sel;
+    }
+    view.qShaded = qShade;
+    pin.hidden = sel === null && selK === null;
+    pin.textContent = [sel !== null ? `pinned query: ${qTok[sel]}` : "", selK !== null ? `pinned key: ${kTok[selK]}` : ""]
+      .filter(Boolean).join(" \u00b7 ") + (pin.hidden ? "" : " \u00d7");
+    const word = raw ? "score" : "weight";
+    if (a !== null && b !== null) {
+      readout.textContent = `${qTok[a]} \u2192 ${kTok[b]}: ${cellText(a, b)}`;
+    } else if (a !== null) {
+      let best = -1;
+      for (let j = 0; j < Lk; j++) if (!isMasked(a, j) && (best < 0 || weight(a, j) > weight(a, best))) best = j;
+      readout.textContent = best < 0 ? `${qTok[a]}: every key is masked`
+        : `${qTok[a]} \u2192 ${kTok[best]}: ${fmt(weight(a, best))} (largest ${word})` + (a === sel && view.hover === null ? " \u00b7 pinned" : "");
+    } else if (b !== null) {
+      let best = -1;
+      for (let i = 0; i < Lq; i++) if (!isMasked(i, b) && (best < 0 || weight(i, b) > weight(best, b))) best = i;
+      readout.textContent = best < 0 ? `${kTok[b]}: masked for every query`
+        : `who attends to ${kTok[b]}: ${qTok[best]} \u2192 ${kTok[b]}: ${fmt(weight(best, b))} (largest ${word})`;
     } else {
-      let best = 0;
-      for (let j = 1; j < Lk; j++) if (weight(a, j) > weight(a, best)) best = j;
-      readout.textContent = `${qTok[a]} \u2192 ${kTok[best]}: ${fmt(weight(a, best))} (largest${raw ? " score" : " weight"})`
-        + (a === sel && view.hover === null ? " \u00b7 pinned" : "");
+      readout.textContent = "Hover a query (row) to see where it looks, or a key (column) to see who looks at it; click to pin.";
     }
     if (explorer) drawThumbs();
   }
 
-  function setHover(i, j = null) {
+  function setHover(i, j) {
     if (i === view.hover && j === view.hoverCol) return;
     view.hover = i; view.hoverCol = j;
     update();
   }
-  function togglePin(i) {
-    model.set("selected", model.get("selected") === i ? null : i);
-    model.save_changes();
-  }
-  function cellAt(ev) {
+  function save(name, v) { model.set(name, v); model.save_changes(); }
+  const togglePin = (i) => save("selected", selRow() === i ? null : i);
+  const toggleKey = (j) => save("selected_key", selCol() === j ? null : j);
+  function where(ev) { // [kind, i, j]: a cell, a query label (left) or a key label (top)
     const b = canvas.getBoundingClientRect();
     const x = ev.clientX - b.left - left, y = ev.clientY - b.top - top;
     const i = Math.floor(y / cell), j = Math.floor(x / cell);
-    return i >= 0 && i < Lq && x >= 0 ? [i, j >= 0 && j < Lk ? j : null] : [null, null];
+    const inI = i >= 0 && i < Lq, inJ = j >= 0 && j < Lk;
+    if (inI && inJ) return ["cell", i, j];
+    if (inI && x < 0) return ["query", i, null];
+    if (inJ && y < 0) return ["key", null, j];
+    return [null, null, null];
   }
 
-  // ---- events (delegated, so a 512-token strip has two listeners, not 1024) ----
+  // ---- events (delegated, so a 512-token strip has a few listeners, not 1024) ----
   const on = (node, type, fn) => node.addEventListener(type, fn);
-  const qIndex = (ev) => { const c = ev.target.closest("[data-i]"); return c ? Number(c.dataset.i) : null; };
-  on(qStrip, "mouseover", (ev) => { const i = qIndex(ev); if (i !== null) setHover(i, view.hoverCol); });
+  const idx = (ev, name) => { const c = ev.target.closest(`[data-${name}]`); return c ? Number(c.dataset[name]) : null; };
+  on(qStrip, "mouseover", (ev) => { const i = idx(ev, "i"); if (i !== null) setHover(i, null); });
   on(qStrip, "mouseleave", () => setHover(null, null));
-  on(qStrip, "click", (ev) => { const i = qIndex(ev); if (i !== null) togglePin(i); });
-  on(qStrip, "focusin", (ev) => { const i = qIndex(ev); if (i !== null) setHover(i, null); });
-  on(qStrip, "focusout", () => setHover(null, null));
-  on(qStrip, "keydown", (ev) => {
-    const i = qIndex(ev);
-    if (i !== null && (ev.key === "Enter" || ev.key === " ")) { ev.preventDefault(); togglePin(i); }
-  });
-  on(kStrip, "mouseover", (ev) => {
-    const c = ev.target.closest("[data-j]");
-    if (c) { view.hoverCol = Number(c.dataset.j); update(); }
-  });
-  on(kStrip, "mouseleave", () => { view.hoverCol = null; update(); });
-  on(canvas, "mousemove", (ev) => { const [i, j] = cellAt(ev); setHover(i, j); });
+  on(qStrip, "click", (ev) => { const i = idx(ev, "i"); if (i !== null) togglePin(i); });
+  on(kStrip, "mouseover", (ev) => { const j = idx(ev, "j"); if (j !== null) setHover(view.hover, j); });
+  on(kStrip, "mouseleave", () => setHover(null, null));
+  on(kStrip, "click", (ev) => { const j = idx(ev, "j"); if (j !== null) toggleKey(j); });
+  on(canvas, "mousemove", (ev) => { const [, i, j] = where(ev); setHover(i, j); });
   on(canvas, "mouseleave", () => setHover(null, null));
-  on(canvas, "click", (ev) => { const [i] = cellAt(ev); if (i !== null) togglePin(i); });
-  on(pin, "click", () => { model.set("selected", null); model.save_changes(); });
+  on(canvas, "click", (ev) => {
+    const [kind, i, j] = where(ev);
+    if (kind === "key") toggleKey(j); else if (i !== null) togglePin(i);
+  });
+  on(pin, "click", () => { model.set("selected", null); model.set("selected_key", null); model.save_changes(); });
+  on(root, "keydown", (ev) => {
+    const tag = ev.target.tagName;
+    if (tag === "SELECT" || (tag === "BUTTON" && ev.key !== "Escape")) return;
+    const a = activeRow(), b = activeCol();
+    const move = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] }[ev.key];
+    if (move) {
+      ev.preventDefault();
+      const clamp = (v, n) => Math.max(0, Math.min(n - 1, v));
+      if (move[0]) setHover(clamp(a === null ? (move[0] > 0 ? -1 : Lq) + move[0] : a + move[0], Lq), view.hoverCol);
+      else setHover(view.hover, clamp(b === null ? (move[1] > 0 ? -1 : Lk) + move[1] : b + move[1], Lk));
+    } else if (ev.key === "Enter" || ev.key === " ") {
+      ev.preventDefault();
+      if (view.hover !== null) togglePin(view.hover);
+      if (view.hoverCol !== null) toggleKey(view.hoverCol);
+    } else if (ev.key === "Escape") {
+      ev.preventDefault();
+      view.hover = null; view.hoverCol = null;
+      model.set("selected", null); model.set("selected_key", null); model.save_changes();
+      update();
+    }
+  });
+  on(scaleSel, "change", () => {
+    const choice = scaleSel.value; // read first: setting vmin/vmax redraws and resets the menu
+    if (choice === "fixed") { // 0..1 for weights, the current range for raw scores
+      const [lo, hi] = raw ? rangeOf(layer(), head()) : [0, 1];
+      model.set("vmin", lo); model.set("vmax", hi);
+    }
+    save("scale", choice);
+  });
   if (explorer) {
-    const setLH = (name, v) => { model.set(name, v); model.save_changes(); };
-    on(layerSel, "change", () => setLH("layer", Number(layerSel.value)));
-    on(headSel, "change", () => setLH("head", Number(headSel.value)));
-    on(overview, "click", (ev) => { const b = ev.target.closest("[data-head]"); if (b) setLH("head", Number(b.dataset.head)); });
+    on(layerSel, "change", () => save("layer", Number(layerSel.value)));
+    on(headSel, "change", () => save("head", Number(headSel.value)));
+    on(grid, "click", (ev) => {
+      const b = ev.target.closest("[data-head]");
+      if (b) { model.set("layer", Number(b.dataset.layer)); model.set("head", Number(b.dataset.head)); model.save_changes(); }
+    });
   }
 
   // ---- model -> view ----
   const onSelected = () => update();
   const onTitle = () => { titleEl.textContent = model.get("title") || ""; };
-  const onLayer = () => { images.clear(); layerSel.value = String(layer()); drawMap(); update(); };
-  const onHead = () => { headSel.value = String(head()); drawMap(); update(); };
-  model.on("change:selected", onSelected);
-  model.on("change:title", onTitle);
-  if (explorer) {
-    model.on("change:layer", onLayer);
-    model.on("change:head", onHead);
-    layerSel.value = String(layer()); headSel.value = String(head());
-  }
+  const onScale = () => {
+    images.clear(); thumbImages.clear(); marked = "";
+    scaleSel.value = model.get("scale"); drawMap(); if (explorer) drawThumbBases(); update();
+  };
+  const onLayerHead = () => { layerSel.value = String(layer()); headSel.value = String(head()); drawMap(); update(); };
+  const hooks = [["change:selected", onSelected], ["change:selected_key", onSelected], ["change:title", onTitle],
+    ["change:scale", onScale], ["change:vmin", onScale], ["change:vmax", onScale]];
+  if (explorer) hooks.push(["change:layer", onLayerHead], ["change:head", onLayerHead]);
+  hooks.forEach(([ev, f]) => model.on(ev, f));
+  scaleSel.value = model.get("scale");
+  if (explorer) { layerSel.value = String(layer()); headSel.value = String(head()); }
   drawMap();
+  if (explorer) drawThumbBases();
   update();
   root.dataset.renderMs = (performance.now() - t0).toFixed(1);
 
   return () => { // cleanup when the view is removed
-    model.off("change:selected", onSelected);
-    model.off("change:title", onTitle);
-    if (explorer) { model.off("change:layer", onLayer); model.off("change:head", onHead); }
+    hooks.forEach(([ev, f]) => model.off(ev, f));
     root.remove();
   };
 }

@@ -109,13 +109,10 @@ window.ready = true;
 
 def widget_state(w: attnlib.widgets._AttentionWidget) -> dict:
     """The synced state the view reads, JSON-friendly (binary traits as base64)."""
-    state = {k: getattr(w, k) for k in ("_kind", "_shape", "_query_tokens", "_key_tokens", "_layer_names",
-                                         "title", "raw_scores", "selected")}
-    state["_weights"] = base64.b64encode(w._weights).decode()
-    state["_palette"] = base64.b64encode(w._palette).decode()
-    if hasattr(w, "layer"):
-        state.update(layer=w.layer, head=w.head)
-    return state
+    skip = {"_esm", "_css", "_dom_classes", "layout", "tabbable", "tooltip", "_anywidget_id"}
+    state = {k: getattr(w, k) for k in w.trait_names(sync=True)
+             if k not in skip and not k.startswith(("_model", "_view"))}
+    return {k: base64.b64encode(v).decode() if isinstance(v, bytes) else v for k, v in state.items()}
 
 
 def open_bare_page(context):

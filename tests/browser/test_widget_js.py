@@ -93,7 +93,7 @@ def test_two_widgets_on_one_page_are_independent(page):
     assert page.evaluate("[models.a.get('selected'), models.a.saves, models.b.get('selected'), models.b.saves]") \
         == [IT, 1, None, 0]
     assert page.is_visible("#a [data-testid=pinned-marker]") and page.is_hidden("#b [data-testid=pinned-marker]")
-    assert page.inner_text("#a [data-testid=pinned-marker]") == "pinned: it ×"
+    assert page.inner_text("#a [data-testid=pinned-marker]") == "pinned query: it ×"
 
     page.hover(f"#a [data-testid=key-token-{ANIMAL}]")  # the pinned row stays; hover a key for its value
     assert page.inner_text("#a [data-testid=readout]") == f"it → animal: {wa[IT, ANIMAL].item():.3f}"
@@ -153,9 +153,9 @@ def test_explorer_switches_layers_and_heads(page):
     assert page.evaluate("[models.e.get('head'), models.e.saves]") == [2, 1]
     assert attr(page, root, "data-head") == "2"
     assert map_checksum(page, "e") != before
-    assert "is-current" in attr(page, "#e [data-testid=head-thumb-2]", "class")
+    assert "is-current" in attr(page, "#e [data-testid=thumb-0-2]", "class")
 
-    page.click("#e [data-testid=head-thumb-1]")  # open a head from the overview
+    page.click("#e [data-testid=thumb-0-1]")  # open a head from the grid
     assert page.evaluate("models.e.get('head')") == 1
     assert page.input_value("#e [data-testid=head-select]") == "1"
 
@@ -179,8 +179,10 @@ def test_unaligned_buffer_raw_scores_and_cleanup(page):
     assert page.inner_text("#r [data-testid=query-token-1]") == "a&b"
     page.hover("#r [data-testid=query-token-4]")
     assert attr(page, "#r [data-testid=key-token-6]", "data-weight") == f"{scores[4, 6].item():.3f}"
-    assert page.inner_text("#r [data-testid=legend]").startswith(
-        f"raw scores, colour {scores.min().item():.3f} to {scores.max().item():.3f}")
+    lim = scores.abs().max().item()  # diverging: centred on 0
+    assert page.inner_text("#r [data-testid=legend]").startswith("raw scores, diverging around 0")
+    assert attr(page, "#r [data-testid=colorbar]", "data-vmin") == f"{-lim:.3f}"
+    assert attr(page, "#r [data-testid=colorbar]", "data-vmax") == f"{lim:.3f}"
     page.evaluate("cleanups.r()")  # removing the view unhooks its listeners
     assert page.locator("#r [data-testid=attn-root]").count() == 0
     page.evaluate("models.r.set('selected', 1)")  # must not throw

@@ -1,0 +1,88 @@
+"""Two sets of attention maps side by side on one colour scale, with their difference.
+
+``compare(a, b, query_tokens)`` returns an :class:`AttentionCompare`: three
+:class:`~attnlib.widgets.AttentionExplorer` views in a row, A and B on one fixed colour
+scale (0 to the largest weight of either) and ``A - B`` on a diverging scale centred on 0.
+Their ``layer``, ``head``, ``selected`` and ``selected_key`` are linked (traitlets.link, in
+Python), so picking a head or pinning a token in one view does it in all three. A and B may
+be two inputs of the same length, two models, or a mean over a batch against one input.
+
+Where widgets cannot run, the output carries one PNG with the three pictures stacked.
+"""
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+import ipywidgets
+import numpy as np
+import torch
+import traitlets
+
+from .widgets import AttentionExplorer, _to_numpy
+
+__all__ = ["AttentionCompare", "compare"]
+
+LINKED = ("layer", "head", "selected", "selected_key")
+
+
+class AttentionCompare(ipywidgets.HBox):
+    """``a``, ``b`` and ``diff`` explorers in a row (see :func:`compare`); read state from ``.a``."""
+
+    def __init__(self, a: AttentionExplorer, b: AttentionExplorer, diff: AttentionExplorer) -> None:
+        super().__init__([a, b, diff], layout=ipywidgets.Layout(flex_flow="row wrap", grid_gap="16px"))
+        self.a, self.b, self.diff = a, b, diff
+        self._links = [traitlets.link((a, n), (other, n)) for other in (b, diff) for n in LINKED]
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict, dict] | None:
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is None:
+            return None
+        from PIL import Image
+
+        from .widget_render import static_html, static_png
+
+        data, metadata = bundle if isinstance(bundle, tuple) else (bundle, {})
+        pictures = [Image.open(io.BytesIO(static_png(w))).convert("RGB") for w in (self.a, self.b, self.diff)]
+        sheet = Image.new("RGB", (max(p.width for p in pictures), sum(p.height for p in pictures)), "white")
+        y = 0
+        for p in pictures:
+            sheet.paste(p, (0, y))
+            y += p.height
+        buf = io.BytesIO()
+        sheet.quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(buf, format="PNG", optimize=True)
+        data["image/png"] = buf.getvalue()
+        data["text/html"] = static_html(self.a, data["image/png"], f"{self.a.title} | {self.b.title} | {self.diff.title}")
+        data["text/plain"] = repr(self)
+        return data, metadata
+
+    def __repr__(self) -> str:
+        L, H, Lq, Lk = self.a._shape
+        return (f"AttentionCompare({self.a.title!r} vs {self.b.title!r}: {L} layers x {H} heads, {Lq} x {Lk} tokens, "
+                f"layer={self.a.layer}, head={self.a.head}, selected={self.a.selected})")
+
+
+def compare(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray, query_tokens: Sequence[str],
+            key_tokens: Sequence[str] | None = None, names: tuple[str, str] = ("A", "B"), **kwargs: Any) -> AttentionCompare:
+    """Show attention maps ``a`` and ``b`` (each ``(layers, heads, Lq, Lk)``, or ``(Lq, Lk)`` for one map)
+    on one colour scale, with ``a - b``. Tokens label both (the same positions); ``kwargs`` go to
+    every AttentionExplorer (``layer``, ``head``, ``selected``, ``layer_names``, ``mask`` ...)."""
+    wa, wb = _to_numpy(a, "a"), _to_numpy(b, "b")
+    if wa.shape != wb.shape:
+        raise ValueError(f"a has shape {tuple(wa.shape)} but b has shape {tuple(wb.shape)}; compare needs the same shape")
+    if wa.ndim == 2:
+        wa, wb = wa[None, None], wb[None, None]                              # (1, 1, Lq, Lk)
+    if wa.ndim != 4:
+        raise ValueError(f"a and b must be (layers, heads, Lq, Lk) or (Lq, Lk), got shape {tuple(wa.shape)}")
+    if len(names) != 2 or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"names must be two strings, got {names!r}")
+    for bad in ("scale", "raw_scores", "title"):
+        if bad in kwargs:
+            raise ValueError(f"compare sets {bad} itself (one shared scale; the difference is diverging), got {bad}=...")
+    top = float(max(wa.max(), wb.max())) or 1.0
+    ex_a = AttentionExplorer(wa, query_tokens, key_tokens, title=names[0], scale=(0.0, top), **kwargs)
+    ex_b = AttentionExplorer(wb, query_tokens, key_tokens, title=names[1], scale=(0.0, top), **kwargs)
+    ex_d = AttentionExplorer(wa - wb, query_tokens, key_tokens, title=f"{names[0]} minus {names[1]}",
+                             raw_scores=True, scale="model", **kwargs)
+    return AttentionCompare(ex_a, ex_b, ex_d)

@@ -1,0 +1,184 @@
+"""The explorer's v2 views in a bare Chromium page: colour scales, both directions, keyboard, grid, mask.
+
+Same harness as test_widget_js.py (a fake anywidget model, state from real widgets).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attnlib.widgets import AttentionExplorer, AttentionHeatmap
+
+from .helpers import open_bare_page, widget_state
+from .test_widget_js import attr, canvas_geometry, cell_centre, pixel, softmax_maps
+
+pytestmark = pytest.mark.browser
+
+TOKENS = "the animal didn't cross the street because it was too tired".split()
+IT, ANIMAL = TOKENS.index("it"), TOKENS.index("animal")
+
+
+@pytest.fixture
+def page(browser_context):
+    page, errors = open_bare_page(browser_context)
+    yield page
+    page.close()
+    assert errors == [], f"JavaScript errors on the page: {errors}"
+
+
+def two_heads_015_099() -> torch.Tensor:
+    """One layer, two heads over 8 tokens: head 0 peaks at 0.15 (almost uniform), head 1 at 0.99."""
+    w = torch.zeros(1, 2, 8, 8)
+    w[0, 0] = 0.85 / 7
+    w[0, 0].fill_diagonal_(0.15)
+    w[0, 1] = 0.01 / 7
+    w[0, 1].fill_diagonal_(0.99)
+    return w
+
+
+def thumb_pixel(page, name: str, l: int, hd: int, fx: float, fy: float) -> list[int]:
+    """RGB of a grid thumbnail at a fraction (fx, fy) of its size, as seen: the outline canvas above the map."""
+    return page.evaluate("""([name, l, hd, fx, fy]) => {
+        const [base, mark] = document.querySelectorAll(`#${name} [data-testid=thumb-${l}-${hd}] canvas`);
+        const at = (c) => c.getContext("2d").getImageData(Math.floor(fx * c.width), Math.floor(fy * c.height), 1, 1).data;
+        const m = at(mark);
+        return Array.from(m[3] > 0 ? m : at(base)).slice(0, 3);
+    }""", [name, l, hd, fx, fy])
+
+
+def test_a_dim_head_stays_dim_on_the_layer_scale(page):
+    ex = AttentionExplorer(two_heads_015_099(), list("abcdefgh"))
+    lut = np.frombuffer(ex._palette, np.uint8).reshape(256, 3)
+    top = lut[255].tolist()
+    page.evaluate("(s) => mount('e', s)", widget_state(ex))
+    g = canvas_geometry(page, "e")
+    x, y = cell_centre(g, 3, 3)  # the diagonal: head 0's largest weight, 0.15
+    peak = pixel(page, "e", "heatmap-canvas", x - g["x"], y - g["y"])[:3]
+    assert peak == lut[round(0.15 / 0.99 * 255)].tolist() and peak != top  # one scale per layer (default)
+    assert attr(page, "#e [data-testid=colorbar]", "data-vmax") == "0.990"
+    assert thumb_pixel(page, "e", 0, 0, 3.5 / 8, 3.5 / 8) != top  # the thumbnail uses the same scale
+    assert thumb_pixel(page, "e", 0, 1, 3.5 / 8, 3.5 / 8) == top  # the 0.99 head does reach the top
+    assert page.inner_text("#e [data-testid=colorbar]").split() == ["0.000", "0.495", "0.990"]
+
+    page.select_option("#e [data-testid=scale-select]", "map")  # per map: now the dim head is stretched
+    assert page.evaluate("models.e.get('scale')") == "map"
+    assert pixel(page, "e", "heatmap-canvas", x - g["x"], y - g["y"])[:3] == top
+    assert attr(page, "#e [data-testid=colorbar]", "data-vmax") == "0.150"
+    assert attr(page, "#e [data-testid=attn-root]", "data-scale") == "map"
+
+    page.select_option("#e [data-testid=scale-select]", "fixed")  # fixed 0..1 for weights
+    assert page.evaluate("[models.e.get('vmin'), models.e.get('vmax')]") == [0, 1]
+    assert pixel(page, "e", "heatmap-canvas", x - g["x"], y - g["y"])[:3] == lut[round(0.15 * 255)].tolist()
+    page.evaluate("models.e.set('scale', 'layer')")  # as if Python set it
+    assert page.input_value("#e [data-testid=scale-select]") == "layer"
+    assert pixel(page, "e", "heatmap-canvas", x - g["x"], y - g["y"])[:3] == peak
+
+
+def test_hover_and_pin_a_key_shows_who_attends_there(page):
+    w = softmax_maps(11, 11, seed=11)
+    hm = AttentionHeatmap(w, TOKENS)
+    page.evaluate("(s) => mount('a', s)", widget_state(hm))
+    root = "#a [data-testid=attn-root]"
+    page.hover(f"#a [data-testid=key-token-{ANIMAL}]")
+    assert attr(page, root, "data-active-col") == str(ANIMAL) and attr(page, root, "data-active-row") == ""
+    for i, tok in enumerate(TOKENS):  # the query chips carry the column: who attends to "animal"
+        chip = f"#a [data-testid=query-token-{i}]"
+        assert attr(page, chip, "data-weight") == f"{w[i, ANIMAL].item():.3f}"
+        assert attr(page, chip, "title") == f"{tok} → animal: {w[i, ANIMAL].item():.3f}"
+    best = int(w[:, ANIMAL].argmax())
+    assert page.inner_text("#a [data-testid=readout]") == \
+        f"who attends to animal: {TOKENS[best]} → animal: {w[best, ANIMAL].item():.3f} (largest weight)"
+    g = canvas_geometry(page, "a")  # the overlay dims the other columns, not this one
+    x, y = cell_centre(g, 4, ANIMAL)
+    assert pixel(page, "a", "heatmap-overlay", x - g["x"], y - g["y"])[3] == 0
+    x, y = cell_centre(g, 4, ANIMAL + 2)
+    assert pixel(page, "a", "heatmap-overlay", x - g["x"], y - g["y"])[3] > 0
+
+    page.click(f"#a [data-testid=key-token-{ANIMAL}]")  # pin the key
+    assert page.evaluate("[models.a.get('selected_key'), models.a.saves]") == [ANIMAL, 1]
+    page.mouse.move(1, 1)
+    assert attr(page, root, "data-active-col") == str(ANIMAL) and attr(page, root, "data-selected-key") == str(ANIMAL)
+    assert page.inner_text("#a [data-testid=pinned-marker]") == "pinned key: animal ×"
+    page.click("#a [data-testid=pinned-marker]")
+    assert page.evaluate("models.a.get('selected_key')") is None
+
+
+def test_the_labels_beside_the_map_react(page):
+    """Notebook text says 'hover a token on the left': the painted labels must react, both axes."""
+    w = softmax_maps(11, 11, seed=12)
+    page.evaluate("(s) => mount('a', s)", widget_state(AttentionHeatmap(w, TOKENS)))
+    g = canvas_geometry(page, "a")
+    assert g["left"] > 20 and g["top"] > 20  # labels are drawn at this size
+    root = "#a [data-testid=attn-root]"
+    page.mouse.move(g["x"] + g["left"] / 2, g["y"] + g["top"] + (IT + 0.5) * g["cell"])  # the label "it", left
+    assert attr(page, root, "data-active-row") == str(IT) and attr(page, root, "data-active-col") == ""
+    page.mouse.move(g["x"] + g["left"] + (ANIMAL + 0.5) * g["cell"], g["y"] + g["top"] / 2)  # "animal", above
+    assert attr(page, root, "data-active-col") == str(ANIMAL) and attr(page, root, "data-active-row") == ""
+    page.mouse.click(g["x"] + g["left"] + (ANIMAL + 0.5) * g["cell"], g["y"] + g["top"] / 2)
+    page.mouse.click(g["x"] + g["left"] / 2, g["y"] + g["top"] + (IT + 0.5) * g["cell"])
+    assert page.evaluate("[models.a.get('selected'), models.a.get('selected_key')]") == [IT, ANIMAL]
+    page.mouse.move(1, 1)
+    assert page.inner_text("#a [data-testid=readout]") == f"it → animal: {w[IT, ANIMAL].item():.3f}"
+
+
+def test_keyboard_moves_pins_and_unpins(page):
+    w = softmax_maps(2, 2, 11, 11, seed=13)
+    ex = AttentionExplorer(w, TOKENS)
+    page.evaluate("(s) => mount('e', s)", widget_state(ex))
+    root = page.locator("#e [data-testid=attn-root]")
+    assert root.get_attribute("tabindex") == "0" and "Arrow keys" in root.get_attribute("aria-label")
+    root.focus()
+    for _ in range(IT + 1):
+        page.keyboard.press("ArrowDown")
+    assert root.get_attribute("data-active-row") == str(IT)
+    page.keyboard.press("ArrowUp")
+    page.keyboard.press("ArrowDown")
+    for _ in range(ANIMAL + 1):
+        page.keyboard.press("ArrowRight")
+    assert root.get_attribute("data-active-col") == str(ANIMAL)
+    assert page.inner_text("#e [data-testid=readout]") == f"it → animal: {w[0, 0, IT, ANIMAL].item():.3f}"
+    page.keyboard.press("Enter")
+    assert page.evaluate("[models.e.get('selected'), models.e.get('selected_key')]") == [IT, ANIMAL]
+    assert page.get_attribute(f"#e [data-testid=query-token-{IT}]", "aria-pressed") == "true"
+    page.keyboard.press("Escape")
+    assert page.evaluate("[models.e.get('selected'), models.e.get('selected_key')]") == [None, None]
+    assert root.get_attribute("data-active-row") == "" and root.get_attribute("data-active-col") == ""
+    for _ in range(30):  # the cursor stops at the edge
+        page.keyboard.press("ArrowUp")
+    assert root.get_attribute("data-active-row") == "0"
+
+
+def test_grid_shows_every_head_outlines_the_row_and_opens_a_head(page):
+    w = softmax_maps(3, 4, 11, 11, seed=14)
+    ex = AttentionExplorer(w, TOKENS)
+    page.evaluate("(s) => mount('e', s)", widget_state(ex))
+    assert page.locator("#e [data-testid=head-grid] [data-testid^=thumb-]").count() == 12
+    plain = thumb_pixel(page, "e", 2, 3, 0.01, (IT + 0.5) / 11)
+    page.hover(f"#e [data-testid=query-token-{IT}]")
+    for l, hd in [(0, 0), (2, 3)]:  # the row is outlined (red) at its left edge in every thumbnail
+        r, g_, b = thumb_pixel(page, "e", l, hd, 0.01, (IT + 0.5) / 11)
+        assert r > 200 and g_ < 90 and b < 90, (l, hd, r, g_, b)
+    assert plain != thumb_pixel(page, "e", 2, 3, 0.01, (IT + 0.5) / 11)
+    page.click("#e [data-testid=thumb-2-3]")
+    assert page.evaluate("[models.e.get('layer'), models.e.get('head')]") == [2, 3]
+    assert page.input_value("#e [data-testid=layer-select]") == "2" and page.input_value("#e [data-testid=head-select]") == "3"
+    assert "is-current" in page.get_attribute("#e [data-testid=thumb-2-3]", "class")
+    assert "is-current" not in page.get_attribute("#e [data-testid=thumb-0-0]", "class")
+
+
+def test_masked_cells_have_their_own_colour(page):
+    n = 6
+    allowed = torch.ones(n, n, dtype=torch.bool).tril()
+    w = torch.softmax(torch.randn(n, n, generator=torch.Generator().manual_seed(15)).masked_fill(~allowed, -1e9), -1)
+    hm = AttentionHeatmap(w, list("abcdef"), mask=allowed)
+    page.evaluate("(s) => mount('m', s)", widget_state(hm))
+    g = canvas_geometry(page, "m")
+    x, y = cell_centre(g, 1, 4)  # masked
+    assert pixel(page, "m", "heatmap-canvas", x - g["x"], y - g["y"])[:3] == hm._mask_rgb
+    x, y = cell_centre(g, 4, 1)  # allowed, maybe small: a palette colour, never the mask colour
+    assert pixel(page, "m", "heatmap-canvas", x - g["x"], y - g["y"])[:3] != hm._mask_rgb
+    assert page.is_visible("#m [data-testid=mask-key]")
+    page.hover("#m [data-testid=query-token-1]")
+    assert attr(page, "#m [data-testid=key-token-4]", "data-weight") == "masked"
+    assert attr(page, "#m [data-testid=key-token-0]", "data-weight") == f"{w[1, 0].item():.3f}"
