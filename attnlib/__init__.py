@@ -1,23 +1,83 @@
 """attnlib: the small library behind the attention-notebooks series.
 
 Masks are boolean and True means "may attend" (the convention of the boolean
-``attn_mask`` of ``torch.nn.functional.scaled_dot_product_attention``).
+``attn_mask`` of ``torch.nn.functional.scaled_dot_product_attention``). A mask is either
+2-D ``(Lq, Lk)`` or has the full rank of what it masks, with size 1 where it is shared;
+padding goes to its own ``key_padding_mask (B, Lk)`` argument (True = a real token).
+
+Naming rule: attention modules follow ``nn.MultiheadAttention`` and take ``need_weights``
+(they always return ``(out, weights)``, with ``weights`` None when it is False); blocks and
+models return their output alone unless ``return_attention=True`` adds the maps.
+
+``import attnlib`` is light: each name below is imported from its module the first time it
+is used, so matplotlib (plots) and anywidget (widgets) load only when a plot or a widget is
+asked for.
 """
-from .attention import causal_mask, padding_mask, scaled_dot_product_attention
-from .multihead import MultiHeadAttention
-from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, sinusoidal_encoding
-from .training import get_device, seed_everything
-from .tagger import TaggerConfig, TransformerTagger
-from .transformer import FeedForward, TransformerBlock, TransformerEncoder
-# --- helpers add their modules' exports below this line (one import line per module) ---
-from .data import Batch, Seq2SeqData, Vocab, batches, format_date, make_copy, make_dates, make_reversal, make_sorting
-from .rnn_attention import AdditiveAttention, LuongAttention, masked_softmax
-from .seq2seq import AttentionDecoder, Decoder, DecoderState, Encoder, Seq2Seq, beam_search, greedy_decode, load_seq2seq, save_seq2seq
-from .training import History, evaluate_seq2seq, progress_bar, sequence_accuracy, teacher_forcing_ratio, token_accuracy, train_seq2seq
-from .minilm import MiniLM, MiniLMOutput, WordPieceTokenizer, load_minilm
-from .plotting import plot_curves, plot_heads, plot_heatmap
-from .widgets import AttentionExplorer, AttentionHeatmap
-from .paths import model_path, save_path
-from .exercises import check
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {  # module -> the public names it gives the package
+    "attention": ["causal_mask", "padding_mask", "scaled_dot_product_attention", "masked_softmax"],
+    "multihead": ["MultiHeadAttention"],
+    "positional": ["LearnedPositionalEncoding", "LearnedPositionalEmbedding", "SinusoidalPositionalEncoding",
+                   "sinusoidal_encoding"],
+    "transformer": ["FeedForward", "TransformerBlock", "TransformerEncoder"],
+    "tagger": ["TaggerConfig", "TransformerTagger"],
+    "data": ["Batch", "Seq2SeqData", "Vocab", "batches", "format_date", "make_copy", "make_dates", "make_reversal",
+             "make_sorting"],
+    "rnn_attention": ["AdditiveAttention", "LuongAttention"],
+    "seq2seq": ["AttentionDecoder", "Decoder", "DecoderState", "Encoder", "Seq2Seq", "beam_search", "greedy_decode",
+                "load_seq2seq", "save_seq2seq"],
+    "training": ["History", "evaluate_seq2seq", "get_device", "progress_bar", "seed_everything", "sequence_accuracy",
+                 "teacher_forcing_ratio", "token_accuracy", "train_seq2seq"],
+    "minilm": ["MiniLM", "MiniLMOutput", "WordPieceTokenizer", "load_minilm"],
+    "plotting": ["plot_curves", "plot_heads", "plot_heatmap"],
+    "widgets": ["AttentionExplorer", "AttentionHeatmap"],
+    "paths": ["model_path", "save_path"],
+    "exercises": ["check"],
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name (or a submodule, e.g. ``attnlib.data``) on first use."""
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value  # the next lookup does not come here
+        return value
+    try:
+        return importlib.import_module(f".{name}", __name__)
+    except ModuleNotFoundError as err:
+        if err.name != f"{__name__}.{name}":
+            raise  # the submodule exists but something it imports is missing
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # for editors and type checkers: the same names, imported eagerly
+    from .attention import causal_mask, masked_softmax, padding_mask, scaled_dot_product_attention
+    from .data import (Batch, Seq2SeqData, Vocab, batches, format_date, make_copy, make_dates, make_reversal,
+                       make_sorting)
+    from .exercises import check
+    from .minilm import MiniLM, MiniLMOutput, WordPieceTokenizer, load_minilm
+    from .multihead import MultiHeadAttention
+    from .paths import model_path, save_path
+    from .plotting import plot_curves, plot_heads, plot_heatmap
+    from .positional import (LearnedPositionalEmbedding, LearnedPositionalEncoding, SinusoidalPositionalEncoding,
+                             sinusoidal_encoding)
+    from .rnn_attention import AdditiveAttention, LuongAttention
+    from .seq2seq import (AttentionDecoder, Decoder, DecoderState, Encoder, Seq2Seq, beam_search, greedy_decode,
+                          load_seq2seq, save_seq2seq)
+    from .tagger import TaggerConfig, TransformerTagger
+    from .training import (History, evaluate_seq2seq, get_device, progress_bar, seed_everything, sequence_accuracy,
+                           teacher_forcing_ratio, token_accuracy, train_seq2seq)
+    from .transformer import FeedForward, TransformerBlock, TransformerEncoder
+    from .widgets import AttentionExplorer, AttentionHeatmap

@@ -1,6 +1,8 @@
 """Small input checks shared by the modules. Every error names what was expected and what arrived."""
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 
 
@@ -19,24 +21,80 @@ def check_tensor(name: str, x: object, min_dim: int | None = None, ndim: int | N
         raise ValueError(f"{name} must have at least {min_dim} dimensions, but it has shape {shape_of(x)}")
 
 
-def check_bool_mask(mask: torch.Tensor, target: tuple[int, ...], target_desc: str) -> None:
-    """Raise ValueError unless ``mask`` is boolean and broadcasts to ``target``.
+def _check_bool(mask: object, name: str) -> None:
+    if not isinstance(mask, torch.Tensor):
+        raise ValueError(f"{name} must be a bool torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise ValueError(
+            f"{name} must have dtype torch.bool (True = may attend), got {mask.dtype}; "
+            "convert with `mask.bool()` or build it with causal_mask/padding_mask"
+        )
+
+
+def _fits(shape: Sequence[int], target: Sequence[int]) -> bool:
+    """Same rank, and every dimension equals the target's or is 1 (shared)."""
+    return len(shape) == len(target) and all(m in (1, t) for m, t in zip(shape, target))
+
+
+def check_bool_mask(mask: torch.Tensor, target: tuple[int, ...], target_desc: str, name: str = "mask") -> None:
+    """Raise ValueError unless ``mask`` is bool, has the rank of ``target`` and each dimension equals
+    the target's or is 1. No dimension is ever added on the left: a mask must say what it means.
 
     True means "may attend", as in the boolean ``attn_mask`` of
     ``torch.nn.functional.scaled_dot_product_attention``.
     """
-    if not isinstance(mask, torch.Tensor):
-        raise ValueError(f"mask must be a bool torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
+    _check_bool(mask, name)
+    if not _fits(tuple(mask.shape), tuple(target)):
         raise ValueError(
-            f"mask must have dtype torch.bool (True = may attend), got {mask.dtype}; "
-            "convert with `mask.bool()` or build it with causal_mask/padding_mask"
+            f"{name} has shape {shape_of(mask)} but it must be {target_desc} = {tuple(target)} "
+            f"({len(target)}-D, size 1 in a dimension it shares)"
         )
-    try:
-        broadcast = torch.broadcast_shapes(tuple(mask.shape), tuple(target))
-    except RuntimeError:
-        broadcast = None
-    if broadcast != tuple(target):
+
+
+def check_attention_mask(
+    mask: torch.Tensor, target: tuple[int, ...], names: Sequence[str], padding_arg: str | None = None
+) -> None:
+    """Raise ValueError unless ``mask`` is an unambiguous bool mask for attention scores of shape ``target``.
+
+    Accepted: a 2-D ``(Lq, Lk)`` mask, shared by every batch entry and head, or a mask of the
+    full rank of ``target`` (``names`` describes its dimensions, e.g. ``("B", "h", "Lq", "Lk")``);
+    in both, a dimension may be 1 where the mask is shared. Any other rank is refused, because
+    broadcasting would add dimensions on the left and silently misread it: a ``(B, Lk)`` padding
+    mask would be read as ``(Lq, Lk)`` whenever ``B == Lq``. A 2-D mask is always read as
+    ``(Lq, Lk)``, so a ``(B, Lk)`` padding mask must get its missing dimensions (or go to the
+    ``padding_arg`` argument, when the caller has one).
+    """
+    _check_bool(mask, "mask")
+    shape, target, n = shape_of(mask), tuple(target), len(target)
+    if _fits(shape, target[-2:]) or _fits(shape, target):
+        return
+    full = f"({', '.join(names)}) = {target}"
+    pair = f"(Lq, Lk) = {target[-2:]}"
+    accepted = f"a 2-D {pair} mask" + (f" or a {n}-D {full} mask" if n > 2 else "")
+    if mask.dim() in (2, n):
+        problem = f"it must be {accepted}, with size 1 in a dimension it shares"
+    else:
+        problem = f"a {mask.dim()}-D mask is ambiguous here; it must be {accepted} (size 1 where shared)"
+    hint = ""
+    if mask.dim() < n:  # say how to add the dimensions this mask most likely lacks
+        also = f" (or pass it as {padding_arg})" if padding_arg is not None else ""
+        if mask.dim() == 1:
+            hint = "one (Lk,) key mask for every query is mask[None, :]"
+        elif mask.dim() == 2:
+            hint = f"a (B, Lk) padding mask is mask[:, {'None, ' * (n - 2)}:]{also}"
+        elif mask.dim() == 3 and n == 4:
+            hint = "a (B, Lq, Lk) mask (or a (B, 1, Lk) padding mask) is mask[:, None]"
+        else:
+            hint = "insert each missing dimension with None"
+        hint = "; add the missing dimensions explicitly: " + hint
+    raise ValueError(f"mask has shape {shape} but {problem}{hint}")
+
+
+def check_key_padding_mask(key_padding_mask: torch.Tensor, batch: int, key_len: int) -> None:
+    """Raise ValueError unless ``key_padding_mask`` is a bool ``(B, Lk)`` tensor (True = a real token)."""
+    _check_bool(key_padding_mask, "key_padding_mask")
+    if shape_of(key_padding_mask) != (batch, key_len):
         raise ValueError(
-            f"mask has shape {shape_of(mask)} but it must broadcast to {target_desc} = {tuple(target)}"
+            f"key_padding_mask has shape {shape_of(key_padding_mask)} but it must be (B, Lk) = {(batch, key_len)}, "
+            "True for the real tokens"
         )

@@ -1,9 +1,15 @@
-"""Scaled dot-product attention, written out step by step, and the two masks.
+"""Scaled dot-product attention, written out step by step, the package's one masked softmax, and the two masks.
 
 Masks are boolean and **True means "may attend"**, the same convention as the boolean
 ``attn_mask`` of ``torch.nn.functional.scaled_dot_product_attention``. (Beware: the
 boolean masks of ``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` use the
 opposite polarity, True = "blocked".)
+
+A mask must say what it means by its shape: either 2-D ``(Lq, Lk)``, shared by every batch
+entry and head, or the full rank of the scores with size-1 dimensions where it is shared
+(``(B, 1, Lk)`` for 3-D scores, ``(B, 1, 1, Lk)`` for 4-D ones). Other ranks are refused,
+because broadcasting would add dimensions on the left and a ``(B, Lk)`` padding mask would
+be read as ``(Lq, Lk)``.
 """
 from __future__ import annotations
 
@@ -13,7 +19,24 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_bool_mask, check_tensor, shape_of
+from ._checks import check_attention_mask, check_bool_mask, check_tensor, shape_of
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over the last dimension of ``scores`` where ``mask`` is True, exactly 0 where it is False.
+
+    ``mask`` is bool with the rank of ``scores`` (size 1 in a dimension it shares), or None
+    for a plain softmax. A row with no True entry gets weights of zero, never NaN (a plain
+    softmax over a row of ``-inf`` is NaN), and no gradient flows through it.
+    """
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    check_bool_mask(mask, shape_of(scores), "the shape of the scores")
+    scores = scores.masked_fill(~mask, float("-inf"))
+    # A row with no allowed key would be softmax([-inf, ..., -inf]) = NaN.
+    # Give such rows finite scores here and zero their weights below.
+    scores = scores.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)  # each row sums to 1 (or is all 0)
 
 
 def scaled_dot_product_attention(
@@ -29,10 +52,14 @@ def scaled_dot_product_attention(
         q: queries, shape ``(..., Lq, d_k)``.
         k: keys, shape ``(..., Lk, d_k)``.
         v: values, shape ``(..., Lk, d_v)``.
-        mask: optional bool tensor that broadcasts to ``(..., Lq, Lk)``;
-            True = the query may attend to that key.
-        dropout_p: dropout on the weights before they mix the values (training only;
-            the *returned* weights are the ones before dropout).
+        mask: optional bool tensor, True = the query may attend to that key: either
+            ``(Lq, Lk)`` or of the rank of the scores ``(..., Lq, Lk)`` with size 1 where
+            shared, e.g. ``padding_mask(lengths, Lk)[:, None, :]`` for 3-D scores.
+        dropout_p: probability of zeroing each weight before the weights mix the values.
+            It is applied whenever ``dropout_p > 0``, in training or not: this function
+            has no mode. Modules pass it only in training (MultiHeadAttention passes its
+            dropout when ``self.training`` and 0 otherwise). The *returned* weights are
+            the ones before dropout.
 
     Returns:
         ``(output, weights)`` with shapes ``(..., Lq, d_v)`` and ``(..., Lq, Lk)``.
@@ -63,19 +90,15 @@ def scaled_dot_product_attention(
     d_k = q.shape[-1]
     scores = q @ k.transpose(-2, -1)  # (..., Lq, Lk)
     scores = scores / math.sqrt(d_k)  # keep the variance near 1 whatever d_k is
+    scores = scores.expand(*batch, q.shape[-2], k.shape[-2])  # v's batch dimensions may be larger
 
     if mask is not None:
-        target = (*batch, q.shape[-2], k.shape[-2])
-        check_bool_mask(mask, target, "(..., Lq, Lk)")
-        scores = scores.masked_fill(~mask, float("-inf"))
-        # A row with no allowed key would be softmax([-inf, ..., -inf]) = NaN.
-        # Give such rows finite scores here and zero their weights below.
-        row_has_key = mask.any(dim=-1, keepdim=True)
-        scores = scores.masked_fill(~row_has_key, 0.0)
-
-    weights = torch.softmax(scores, dim=-1)  # each row sums to 1
-    if mask is not None:
-        weights = weights.masked_fill(~mask, 0.0)  # fully masked rows become all zeros
+        names = ("B", "h") if len(batch) == 2 else tuple(f"n{i}" for i in range(len(batch)))
+        names = ("B",) if len(batch) == 1 else names
+        check_attention_mask(mask, (*batch, q.shape[-2], k.shape[-2]), (*names, "Lq", "Lk"))
+        if mask.dim() < scores.dim():  # a 2-D (Lq, Lk) mask: shared by every batch entry
+            mask = mask[(None,) * (scores.dim() - 2)]  # (1, ..., 1, Lq, Lk)
+    weights = masked_softmax(scores, mask)  # (..., Lq, Lk), each row sums to 1 (or is all 0)
 
     mixed = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     output = mixed @ v  # (..., Lq, d_v)
@@ -95,8 +118,10 @@ def padding_mask(
     """A ``(B, max_len)`` bool mask, True for the real tokens of each sequence.
 
     To use it as an attention mask over keys, add the query dimensions:
-    ``padding_mask(lengths, L)[:, None, :]`` broadcasts to ``(B, Lq, Lk)`` and
-    ``[:, None, None, :]`` to ``(B, heads, Lq, Lk)``.
+    ``padding_mask(lengths, L)[:, None, :]`` for 3-D scores ``(B, Lq, Lk)`` and
+    ``[:, None, None, :]`` for ``(B, heads, Lq, Lk)``; or pass it unchanged as
+    ``key_padding_mask`` to MultiHeadAttention, the blocks and the tagger. Passed as a
+    plain 2-D ``mask`` it would be read as ``(Lq, Lk)``.
     """
     lengths = torch.as_tensor(lengths, device=device)
     if lengths.dim() != 1:

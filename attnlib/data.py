@@ -28,19 +28,30 @@ SPECIALS = ("<pad>", "<bos>", "<eos>")
 
 
 class Vocab:
-    """Token <-> id mapping. Specials come first: ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2.
+    """Token <-> id mapping. The specials come first, in the order given: with the default
+    ``("<pad>", "<bos>", "<eos>")``, ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2.
 
-    Tokens may be ints or characters; they are stored as strings (``3`` and ``"3"`` are
-    the same token). Order is the order given, duplicates dropped.
+    ``specials`` must contain ``"<pad>"``, ``"<bos>"`` and ``"<eos>"`` (in any order, with any
+    others); ``pad_id``, ``bos_id`` and ``eos_id`` are their positions. Tokens may be ints or
+    characters; they are stored as strings (``3`` and ``"3"`` are the same token). Order is
+    the order given, duplicates dropped; a token may not be spelled like a special.
     """
 
     def __init__(self, tokens: Iterable[object], specials: Sequence[str] = SPECIALS):
-        if len(specials) < 3:
-            raise ValueError(f"specials must name at least (pad, bos, eos), got {tuple(specials)}")
-        self.itos: list[str] = list(dict.fromkeys([*specials, *(str(t) for t in tokens)]))
+        specials = tuple(specials)
+        missing = [s for s in SPECIALS if s not in specials]
+        if missing:
+            raise ValueError(f"specials must include {SPECIALS} (in any order), got {specials}; missing {missing}")
+        if len(set(specials)) != len(specials):
+            raise ValueError(f"specials must not repeat, got {specials}")
+        tokens = list(dict.fromkeys(str(t) for t in tokens))
+        clash = [t for t in tokens if t in specials]
+        if clash:
+            raise ValueError(f"the tokens {clash} are spelled like specials {specials}; rename them")
+        self.itos: list[str] = [*specials, *tokens]
         self.stoi: dict[str, int] = {s: i for i, s in enumerate(self.itos)}
-        self.pad_id, self.bos_id, self.eos_id = 0, 1, 2
-        self.specials = tuple(specials)
+        self.pad_id, self.bos_id, self.eos_id = (self.stoi[s] for s in SPECIALS)
+        self.specials = specials
 
     def __len__(self) -> int:
         return len(self.itos)

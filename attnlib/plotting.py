@@ -208,7 +208,8 @@ def plot_curves(
         title: optional title.
 
     Returns:
-        The Axes. Each run has its own colour and each metric its own line style.
+        The Axes. With several runs, each run has its own colour and each metric its own
+        line style; with one run, each metric has its own colour.
     """
     top = _as_mapping(histories, "histories")
     if len(top) == 0:
@@ -244,7 +245,8 @@ def plot_curves(
             if len(x) != len(y):
                 raise ValueError(f"{xlabel!r} has {len(x)} values but {key!r} has {len(y)}")
             label = f"{name} {key}".strip() if len(keys) > 1 or not name else name
-            ax.plot(x, y, styles[s % len(styles)], color=colours[r % len(colours)], label=label)
+            style, colour = (styles[s % len(styles)], colours[r % len(colours)]) if name else ("-", colours[s % len(colours)])
+            ax.plot(x, y, style, color=colour, label=label)
     ax.set_xlabel(xlabel)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs and steps are whole numbers
     if len(keys) == 1:

@@ -1,7 +1,13 @@
-"""Positional information: fixed sinusoids and learned embeddings."""
+"""Positional information: fixed sinusoids and learned embeddings.
+
+Both modules take ``(d_model, max_len)`` in that order. ``LearnedPositionalEmbedding``
+(``max_len`` first) is the old name of :class:`LearnedPositionalEncoding`; it still works
+and warns.
+"""
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 from torch import nn
@@ -50,16 +56,21 @@ class SinusoidalPositionalEncoding(nn.Module):
         _check_input(x, self.d_model, self.max_len, "sinusoidal encoding")
         return self.dropout(x + self.pe[: x.shape[1]])  # (B, L, d_model)
 
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, max_len={self.max_len}"
 
-class LearnedPositionalEmbedding(nn.Module):
+
+class LearnedPositionalEncoding(nn.Module):
     """Adds a learned vector per position to ``x (B, L, d_model)``.
 
     It has ``max_len * d_model`` parameters and knows nothing beyond ``max_len``:
     a longer input raises ValueError, because no vector was ever trained for it.
     """
 
-    def __init__(self, max_len: int, d_model: int, dropout: float = 0.0):
+    def __init__(self, d_model: int, max_len: int, dropout: float = 0.0):
         super().__init__()
+        if max_len < 1 or d_model < 1:
+            raise ValueError(f"max_len and d_model must be positive, got max_len={max_len}, d_model={d_model}")
         self.d_model, self.max_len = d_model, max_len
         self.embedding = nn.Embedding(max_len, d_model)
         self.dropout = nn.Dropout(dropout)
@@ -68,3 +79,21 @@ class LearnedPositionalEmbedding(nn.Module):
         _check_input(x, self.d_model, self.max_len, "learned embedding")
         positions = torch.arange(x.shape[1], device=x.device)
         return self.dropout(x + self.embedding(positions))  # (B, L, d_model)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, max_len={self.max_len}"
+
+
+class LearnedPositionalEmbedding(LearnedPositionalEncoding):
+    """Deprecated: ``LearnedPositionalEncoding(d_model, max_len)`` is the same module with the
+    arguments in the order of :class:`SinusoidalPositionalEncoding`. This old name keeps its old
+    order ``(max_len, d_model)``, so existing calls keep their meaning, and warns."""
+
+    def __init__(self, max_len: int, d_model: int, dropout: float = 0.0):
+        warnings.warn(
+            "LearnedPositionalEmbedding(max_len, d_model) is deprecated; use "
+            "LearnedPositionalEncoding(d_model, max_len), whose arguments come in the order of "
+            "SinusoidalPositionalEncoding(d_model, max_len)",
+            DeprecationWarning, stacklevel=2,
+        )
+        super().__init__(d_model, max_len, dropout)

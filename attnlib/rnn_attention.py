@@ -18,15 +18,9 @@ import torch
 from torch import nn
 
 from ._checks import check_bool_mask, check_tensor, shape_of
+from .attention import masked_softmax  # the package's one masked softmax, also importable from here
 
-
-def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Softmax over the last dimension of ``scores`` ``(B, L)`` where ``mask`` is True; 0 elsewhere."""
-    if mask is None:
-        return torch.softmax(scores, dim=-1)
-    scores = scores.masked_fill(~mask, float("-inf"))
-    scores = scores.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # all-masked rows: no NaN
-    return torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)
+__all__ = ["AdditiveAttention", "LuongAttention", "masked_softmax"]
 
 
 class _RNNAttention(nn.Module):
@@ -59,7 +53,7 @@ class _RNNAttention(nn.Module):
                 f"query has shape {shape_of(query)} but keys has shape {shape_of(keys)}; the batch sizes must match"
             )
         if mask is not None:
-            check_bool_mask(mask, tuple(keys.shape[:2]), "(B, L)")
+            check_bool_mask(mask, tuple(keys.shape[:2]), "(B, L)")  # True = a real key
         if keys_proj is not None and tuple(keys_proj.shape[:2]) != tuple(keys.shape[:2]):
             raise ValueError(
                 f"keys_proj has shape {shape_of(keys_proj)} but keys has shape {shape_of(keys)}; "

@@ -41,17 +41,35 @@ class DecoderState(NamedTuple):
 
 
 def source_mask(src: torch.Tensor, mask_or_lengths: torch.Tensor | None, pad_id: int) -> torch.Tensor:
-    """A ``(B, L)`` bool mask of real source tokens from a mask, lengths ``(B,)``, or (None) ``src != pad_id``."""
+    """A ``(B, L)`` bool mask of real source tokens from a mask, lengths ``(B,)``, or (None) ``src != pad_id``.
+
+    The encoder reads the first ``mask.sum()`` tokens of each row, so the real tokens must
+    come first and the padding after them (right padding, no gaps). A mask with left
+    padding or a gap is refused with a ValueError naming the first such row.
+    """
     check_tensor("src", src, ndim=2)
     if mask_or_lengths is None:
-        return src != pad_id
-    if mask_or_lengths.dtype == torch.bool:
-        check_bool_mask(mask_or_lengths, tuple(src.shape), "src (B, L)")
-        return mask_or_lengths.expand(src.shape)
-    lengths = mask_or_lengths
-    if lengths.dim() != 1 or lengths.shape[0] != src.shape[0]:
-        raise ValueError(f"lengths must have shape ({src.shape[0]},) to match src {shape_of(src)}, got {shape_of(lengths)}")
-    return torch.arange(src.shape[1], device=src.device)[None, :] < lengths.to(src.device)[:, None]
+        mask, what = src != pad_id, f"src != pad_id ({pad_id})"
+    elif mask_or_lengths.dtype == torch.bool:
+        check_bool_mask(mask_or_lengths, tuple(src.shape), "src's shape (B, L)", name="src_mask")
+        mask, what = mask_or_lengths.expand(src.shape), "src_mask"
+    else:
+        lengths = mask_or_lengths
+        if lengths.dim() != 1 or lengths.shape[0] != src.shape[0]:
+            raise ValueError(f"lengths must have shape ({src.shape[0]},) to match src {shape_of(src)}, got {shape_of(lengths)}")
+        if len(lengths) and (lengths.min() < 0 or lengths.max() > src.shape[1]):
+            raise ValueError(f"every length must be between 0 and L={src.shape[1]} (src {shape_of(src)}), got {lengths.tolist()}")
+        return torch.arange(src.shape[1], device=src.device)[None, :] < lengths.to(src.device)[:, None]
+    prefix = torch.arange(src.shape[1], device=mask.device)[None, :] < mask.sum(1, keepdim=True)  # (B, L)
+    bad = (mask != prefix).any(1).nonzero().flatten()
+    if len(bad):
+        row = int(bad[0])
+        raise ValueError(
+            f"row {row} of {what} is {mask[row].int().tolist()}: the real tokens must come first, then the "
+            f"padding (no left padding, no gaps), because the encoder reads the first mask.sum() tokens of each row; "
+            f"{len(bad)} row(s) are not like that"
+        )
+    return mask
 
 
 class Encoder(nn.Module):

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ._checks import check_tensor, shape_of
-from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from .transformer import TransformerEncoder
 
 _POSITIONS = ("sinusoidal", "learned", "none")
@@ -36,8 +36,10 @@ class TransformerTagger(nn.Module):
     """tokens (B, L) -> logits (B, L, num_outputs), one prediction per position.
 
     ``positions`` is "sinusoidal", "learned" or "none" (a model without positions is
-    permutation-equivariant). ``forward(tokens, mask=None, return_attention=False)``;
-    the mask is bool, True = may attend, broadcasting to (B, heads, L, L). With
+    permutation-equivariant). ``forward(tokens, mask=None, return_attention=False,
+    key_padding_mask=None)``; the masks are those of :class:`attnlib.TransformerBlock`: bool,
+    True = may attend, ``mask`` ``(L, L)`` or ``(B, heads, L, L)`` (size 1 where shared) and
+    ``key_padding_mask`` ``(B, L)`` with True for the real tokens. With
     ``return_attention=True`` it returns ``(logits, [weights per layer, each (B, heads, L, L)])``.
     """
 
@@ -54,14 +56,15 @@ class TransformerTagger(nn.Module):
         if c.positions == "sinusoidal":
             self.pos = SinusoidalPositionalEncoding(c.d_model, c.max_len)
         elif c.positions == "learned":
-            self.pos = LearnedPositionalEmbedding(c.max_len, c.d_model)
+            self.pos = LearnedPositionalEncoding(c.d_model, c.max_len)
         else:
             self.pos = nn.Identity()
         self.encoder = TransformerEncoder(c.num_layers, c.d_model, c.num_heads, c.d_ff, c.dropout,
                                           c.activation, c.norm_first)
         self.head = nn.Linear(c.d_model, c.num_outputs)
 
-    def forward(self, tokens: torch.Tensor, mask: torch.Tensor | None = None, return_attention: bool = False):
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor | None = None, return_attention: bool = False,
+                key_padding_mask: torch.Tensor | None = None):
         check_tensor("tokens", tokens, ndim=2)
         if tokens.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"tokens must be integer ids of shape (B, L), got dtype {tokens.dtype}")
@@ -70,9 +73,9 @@ class TransformerTagger(nn.Module):
         x = self.embed(tokens) * math.sqrt(self.config.d_model)  # (B, L, d_model)
         x = self.pos(x)
         if return_attention:
-            x, maps = self.encoder(x, mask, return_attention=True)
+            x, maps = self.encoder(x, mask, return_attention=True, key_padding_mask=key_padding_mask)
             return self.head(x), maps  # (B, L, num_outputs)
-        return self.head(self.encoder(x, mask))  # (B, L, num_outputs)
+        return self.head(self.encoder(x, mask, key_padding_mask=key_padding_mask))  # (B, L, num_outputs)
 
     def save(self, path: str | Path, **extra) -> None:
         """Save config, weights and any extra JSON-able metadata (vocab, measured accuracy) to one file."""

@@ -13,7 +13,17 @@ import torch.nn.functional as F
 
 
 def seed_everything(seed: int = 0) -> int:
-    """Seed Python, NumPy and PyTorch (CPU and CUDA) so that a run repeats exactly on the same machine."""
+    """Seed Python's ``random``, NumPy and PyTorch (CPU and every CUDA device); return ``seed``.
+
+    After it, the random draws of these three libraries repeat from run to run. A whole run
+    repeats exactly only on the same machine and versions, with deterministic operations
+    (CPU kernels are; some CUDA kernels are not unless
+    ``torch.use_deterministic_algorithms(True)``), and only if nothing depends on the order
+    of a ``set`` of strings: Python randomises ``str`` hashes per interpreter, and
+    ``PYTHONHASHSEED`` only takes effect when an interpreter starts. So setting it here
+    (as this function does) fixes the hashes of child processes started afterwards, never
+    those of the running interpreter; for that, start Python (or Jupyter) with it set.
+    """
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -140,29 +150,27 @@ class History:
         last = ", ".join(f"{k}={v[-1]:.4g}" for k, v in self._data.items() if k != "epoch")
         return f"History({len(self._data.get('epoch', []))} epochs: {last})"
 
-    def plot(self, keys: Sequence[str] | None = None, ax=None):
-        """Draw curves against ``epoch``. Default: the loss on the left, accuracies on the right.
+    def plot(self, keys: Sequence[str] | str | None = None, ax=None):
+        """Draw curves against ``epoch`` with :func:`attnlib.plot_curves`.
 
-        Returns the Axes (``keys`` or ``ax`` given) or the Figure of the two default panels.
+        With ``keys`` or ``ax``: those metrics (default: all but ``epoch``) on one Axes, which
+        is returned. Without either: the losses on the left and the accuracies on the right
+        (panels with no such metric are left out); returns the Figure.
         """
-        import matplotlib.pyplot as plt
-
-        x = self._data.get("epoch")
-        def draw(a, names):
-            for k in names:
-                y = self[k]
-                a.plot(x if x and len(x) == len(y) else range(1, len(y) + 1), y, marker=".", label=k)
-            a.set_xlabel("epoch")
-            a.legend()
-            return a
+        from .plotting import plot_curves
 
         if keys is not None or ax is not None:
             keys = [keys] if isinstance(keys, str) else keys
-            return draw(ax if ax is not None else plt.subplots(figsize=(6, 3.5))[1],
-                        keys or [k for k in self._data if k != "epoch"])
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(8, 3.2))
-        draw(a1, [k for k in self._data if "loss" in k]).set_title("loss")
-        draw(a2, [k for k in self._data if "acc" in k]).set_title("accuracy")
+            return plot_curves(self, keys=keys or [k for k in self._data if k != "epoch"], ax=ax)
+        import matplotlib.pyplot as plt
+
+        panels = [(title, [k for k in self._data if word in k]) for title, word in (("loss", "loss"), ("accuracy", "acc"))]
+        panels = [(title, keys) for title, keys in panels if keys]
+        if not panels:
+            raise ValueError(f"no metric named like a loss or an accuracy; logged: {sorted(self._data)}; pass keys=[...]")
+        fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
+        for a, (title, keys) in zip(axes[0], panels):
+            plot_curves(self, keys=keys, ax=a, title=title)
         fig.tight_layout()
         return fig
 

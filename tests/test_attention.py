@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis.extra.numpy import arrays
 
-from attnlib import causal_mask, padding_mask, scaled_dot_product_attention
+import attnlib
+from attnlib import causal_mask, masked_softmax, padding_mask, scaled_dot_product_attention
 
 ATOL = 1e-5
 FAST = settings(max_examples=40, deadline=None)
@@ -40,14 +41,17 @@ def test_equals_torch_without_mask(q_shape, k_shape, v_shape):
 
 @pytest.mark.parametrize(
     "mask_shape",
-    [(5, 7), (2, 4, 5, 7), (2, 1, 1, 7), (1, 4, 1, 7), (7,)],
+    [(5, 7), (1, 7), (2, 4, 5, 7), (2, 1, 1, 7), (1, 4, 1, 7), (1, 1, 5, 1)],
 )
 def test_equals_torch_with_broadcasting_bool_masks(mask_shape):
     q, k, v = rand(2, 4, 5, 16, seed=1), rand(2, 4, 7, 16, seed=2), rand(2, 4, 7, 16, seed=3)
     mask = torch.rand(*mask_shape, generator=torch.Generator().manual_seed(4)) > 0.4
-    mask[..., 0] = True  # every row keeps one key, so PyTorch's output is defined in every version
+    if mask_shape[-1] > 1:
+        mask[..., 0] = True  # every row keeps one key, so PyTorch's output is defined in every version
+    else:
+        mask[...] = True  # (Lq, 1): a query sees every key or none; here every query sees every key
     out, weights = scaled_dot_product_attention(q, k, v, mask)
-    full = mask.expand(2, 4, 5, 7)  # PyTorch wants at least a 2-D mask
+    full = mask.expand(2, 4, 5, 7)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=full), atol=ATOL, rtol=0)
     assert (weights[~full] == 0).all() and (weights[full] > 0).all()
 
@@ -140,13 +144,45 @@ def test_gradcheck_float64():
     assert torch.autograd.gradcheck(lambda q, k, v: scaled_dot_product_attention(q, k, v), (q, k, v), fast_mode=True)
 
 
-def test_dropout_changes_output_but_not_returned_weights():
+def test_dropout_applies_whenever_p_is_positive_and_returns_the_weights_before_it():
+    """The function has no training mode: dropout_p > 0 drops weights, even under no_grad."""
     q, k, v = rand(2, 5, 8, seed=1), rand(2, 7, 8, seed=2), rand(2, 7, 3, seed=3)
     out0, w0 = scaled_dot_product_attention(q, k, v)
     torch.manual_seed(0)
-    out1, w1 = scaled_dot_product_attention(q, k, v, dropout_p=0.5)
-    torch.testing.assert_close(w0, w1)
+    with torch.no_grad():
+        out1, w1 = scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    torch.testing.assert_close(w1, w0)  # the returned weights: before dropout
+    torch.manual_seed(0)
+    dropped = F.dropout(w0, p=0.5)  # the same random draw: half the weights zeroed, the rest doubled
+    torch.testing.assert_close(out1, dropped @ v)  # would fail if dropout were skipped or applied elsewhere
     assert not torch.allclose(out0, out1)
+
+
+def test_docstring_says_when_dropout_applies():
+    """The old docstring said "training only", but the function has no mode (fixed in issue 14)."""
+    doc = scaled_dot_product_attention.__doc__
+    assert "training only" not in doc and "whenever ``dropout_p > 0``" in doc
+
+
+# ---------------------------------------------------------------- the one masked softmax
+
+def test_one_masked_softmax_in_the_package():
+    assert attnlib.rnn_attention.masked_softmax is attnlib.attention.masked_softmax is masked_softmax
+
+
+def test_masked_softmax_values():
+    scores = torch.tensor([[1.0, 2.0, 3.0], [0.0, 5.0, -1.0], [4.0, 4.0, 4.0]])
+    mask = torch.tensor([[True, True, False], [False, True, True], [False, False, False]])
+    w = masked_softmax(scores, mask)
+    e = torch.exp(torch.tensor([1.0, 2.0]))
+    torch.testing.assert_close(w[0], torch.cat([e / e.sum(), torch.zeros(1)]))
+    e = torch.exp(torch.tensor([5.0, -1.0]))
+    torch.testing.assert_close(w[1], torch.cat([torch.zeros(1), e / e.sum()]))
+    assert (w[2] == 0).all()  # no allowed entry: zeros, not NaN
+    torch.testing.assert_close(masked_softmax(scores, None), torch.softmax(scores, -1))
+    torch.testing.assert_close(masked_softmax(scores, mask[:1]), masked_softmax(scores, mask[:1].expand(3, 3)))
+    with pytest.raises(ValueError, match=r"mask has shape \(3,\) but it must be the shape of the scores = \(3, 3\)"):
+        masked_softmax(scores, mask[0])  # a 1-D mask is not silently read as one row for every row
 
 
 # ---------------------------------------------------------------- masks
@@ -194,13 +230,37 @@ def test_error_batch_dims_do_not_broadcast():
         scaled_dot_product_attention(torch.zeros(2, 5, 8), torch.zeros(3, 7, 8), torch.zeros(3, 7, 8))
 
 
-def test_error_mask_cannot_broadcast():
+def test_error_mask_of_the_wrong_size():
     q = torch.zeros(2, 5, 8)
     k = torch.zeros(2, 7, 8)
-    with pytest.raises(ValueError, match=r"mask has shape \(5, 5\) but it must broadcast to \(\.\.\., Lq, Lk\) = \(2, 5, 7\)"):
+    with pytest.raises(ValueError, match=r"mask has shape \(5, 5\) but it must be a 2-D \(Lq, Lk\) = \(5, 7\) mask "
+                                         r"or a 3-D \(B, Lq, Lk\) = \(2, 5, 7\) mask, with size 1"):
         scaled_dot_product_attention(q, k, k, torch.ones(5, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"mask has shape \(3, 5, 7\)"):
         scaled_dot_product_attention(q, k, k, torch.ones(3, 5, 7, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("mask_shape, hint", [
+    ((7,), r"one \(Lk,\) key mask for every query is mask\[None, :\]"),  # 1-D: used to broadcast silently
+    ((2, 5, 7), r"a \(B, Lq, Lk\) mask .*is mask\[:, None\]"),  # read as (h, Lq, Lk) before, since B == h
+    ((2, 7), r"a \(B, Lk\) padding mask is mask\[:, None, None, :\]"),
+])
+def test_masks_of_an_ambiguous_rank_are_refused_with_a_hint(mask_shape, hint):
+    """Broadcasting adds dimensions on the left, so these masks used to be read in a way nobody meant."""
+    q, k = rand(2, 2, 5, 8, seed=1), rand(2, 2, 7, 8, seed=2)  # (B, h, L, d) with B == h
+    mask = torch.ones(*mask_shape, dtype=torch.bool)
+    shape = ", ".join(map(str, mask_shape)) + ("," if len(mask_shape) == 1 else "")
+    with pytest.raises(ValueError, match=rf"mask has shape \({shape}\) but .*\(B, h, Lq, Lk\) = \(2, 2, 5, 7\).*"
+                                         rf"add the missing dimensions explicitly: .*{hint}"):
+        scaled_dot_product_attention(q, k, k, mask)
+
+
+def test_padding_mask_of_three_d_scores_gets_its_hint():
+    x = rand(3, 5, 4, seed=1)  # B = 3, L = 5: a (B, Lk) mask is not (Lq, Lk) here
+    with pytest.raises(ValueError, match=r"a \(B, Lk\) padding mask is mask\[:, None, :\]"):
+        scaled_dot_product_attention(x, x, x, padding_mask([5, 3, 1], 5))
+    _, w = scaled_dot_product_attention(x, x, x, padding_mask([5, 3, 1], 5)[:, None, :])
+    assert (w[1, :, 3:] == 0).all() and (w[2, :, 1:] == 0).all()
 
 
 def test_error_mask_is_not_bool():

@@ -23,6 +23,26 @@ def test_vocab_round_trip_and_specials():
         chars.encode("az")
 
 
+def test_special_ids_follow_the_order_of_specials():
+    """They used to be 0/1/2 whatever the order, so <eos> could decode as <unk> and padding as <bos>."""
+    v = Vocab("ab", specials=("<unk>", "<eos>", "<pad>", "<bos>"))
+    assert v.itos[:4] == ["<unk>", "<eos>", "<pad>", "<bos>"]
+    assert (v.pad_id, v.bos_id, v.eos_id) == (2, 3, 1)
+    ids = v.encode("ab", add_bos=True)
+    assert ids == [3, 4, 5, 1]
+    assert v.decode(ids + [2, 2]) == ["a", "b"]
+    assert v.decode([4, 0, 5]) == ["a", "<unk>", "b"]  # id 0 is <unk> here, not padding to drop
+
+
+def test_specials_it_cannot_honour_are_refused():
+    with pytest.raises(ValueError, match=r"specials must include \('<pad>', '<bos>', '<eos>'\).*missing \['<bos>'\]"):
+        Vocab("ab", specials=("<pad>", "<s>", "<eos>"))
+    with pytest.raises(ValueError, match="must not repeat"):
+        Vocab("ab", specials=("<pad>", "<bos>", "<eos>", "<pad>"))
+    with pytest.raises(ValueError, match=r"the tokens \['<eos>'\] are spelled like specials"):
+        Vocab(["a", "<eos>"])
+
+
 @pytest.mark.parametrize("maker", [make_reversal, make_copy, make_sorting])
 def test_toy_tasks_deterministic_and_correct(maker):
     a, b, c = maker(50, 6, seed=3), maker(50, 6, seed=3), maker(50, 6, seed=4)

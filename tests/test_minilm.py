@@ -13,7 +13,7 @@ import torch
 
 import attnlib
 from attnlib import minilm
-from attnlib.minilm import MODEL_SHA256, MiniLM, load_minilm, model_dir, verify_sha256
+from attnlib.minilm import FILE_SHA256, MODEL_SHA256, MiniLM, MiniLMOutput, load_minilm, model_dir, verify_sha256
 
 TOL = 1e-5
 SENTENCES = [
@@ -174,22 +174,82 @@ def test_bad_shapes_and_dtypes(ours):
         model(torch.tensor([[101, 40000, 102]]))
 
 
-def test_wrong_hash_is_refused(tmp_path):
-    src = model_dir()
-    for name in ("config.json", "vocab.txt", "model.safetensors"):
-        shutil.copy(src / name, tmp_path / name)
-    assert verify_sha256(tmp_path / "model.safetensors") == MODEL_SHA256
-    with open(tmp_path / "model.safetensors", "r+b") as f:  # flip one byte in the middle of the weights
-        f.seek(50_000_000)
+def copy_model(folder):
+    for name in FILE_SHA256:
+        shutil.copy(model_dir() / name, folder / name)
+
+
+def flip_byte(path, offset):
+    """Change one byte, and move the mtime on, even on file systems with coarse timestamps (no cache hit)."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
         byte = f.read(1)
-        f.seek(50_000_000)
-        f.write(bytes([byte[0] ^ 0xFF]))
-    st = os.stat(tmp_path / "model.safetensors")  # a new mtime, even on file systems with coarse timestamps,
-    os.utime(tmp_path / "model.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))  # so no cache hit
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0x01]))
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
+
+
+def test_wrong_hash_is_refused(tmp_path):
+    copy_model(tmp_path)
+    assert verify_sha256(tmp_path / "model.safetensors") == MODEL_SHA256
+    flip_byte(tmp_path / "model.safetensors", 50_000_000)  # one byte in the middle of the weights
     with pytest.raises(ValueError, match=f"sha256 [0-9a-f]{{64}} but the expected sha256 is {MODEL_SHA256}"):
         load_minilm(tmp_path)
     model, _ = load_minilm(tmp_path, verify=False)  # loading without the check is still possible
     assert isinstance(model, MiniLM)
+
+
+@pytest.mark.parametrize("name, offset", [("vocab.txt", 1000), ("config.json", 30), ("sentence_bert_config.json", 22)])
+def test_every_file_the_model_reads_is_hashed(tmp_path, name, offset):
+    """Only the weights were hashed: a changed vocab.txt or config.json loaded and gave wrong results silently."""
+    copy_model(tmp_path)
+    assert set(FILE_SHA256) == {"model.safetensors", "config.json", "vocab.txt", "sentence_bert_config.json"}
+    assert all(verify_sha256(tmp_path / n) == FILE_SHA256[n] for n in FILE_SHA256)
+    flip_byte(tmp_path / name, offset)
+    with pytest.raises(ValueError, match=rf"{name} has sha256 [0-9a-f]{{64}} but the expected sha256 is {FILE_SHA256[name]}"):
+        load_minilm(tmp_path)
+
+
+def test_max_seq_length_comes_from_sentence_bert_config(tmp_path, ours):
+    assert ours[0].max_seq_length == 256
+    copy_model(tmp_path)
+    (tmp_path / "sentence_bert_config.json").write_text('{"max_seq_length": 128, "do_lower_case": false}')
+    model, _ = load_minilm(tmp_path, verify=False)  # an edited file: read (unverified), not ignored
+    assert model.max_seq_length == 128
+    with pytest.raises(ValueError, match="max_seq_length must be an int between 2 and max_position_embeddings=512"):
+        MiniLM(ours[0].config, max_seq_length=513)
+
+
+def test_a_text_longer_than_max_seq_length_equals_sentence_transformers(ours, sbert):
+    """sentence-transformers cuts at 256 word pieces; encode() used to read all of them and give another vector."""
+    model, tok = ours
+    text = " ".join(SENTENCES * 5)
+    pieces = len(tok.tokenize(text))
+    assert 280 <= pieces <= 400, pieces  # about 300 word pieces: between 256 and 512
+    ref = sbert.encode([text, SENTENCES[2]], convert_to_tensor=True)
+    mine = model.encode([text, SENTENCES[2]])
+    assert (mine - ref).abs().max() <= TOL
+    with torch.no_grad():  # what the old encode computed: every piece; a different vector
+        full = tok([text])
+        whole = model(full["input_ids"], full["attention_mask"]).sentence_embedding
+    assert full["input_ids"].shape[1] == pieces + 2 and (whole[0] - ref[0]).abs().max() > 1e-3
+
+
+def test_encode_sends_the_inputs_to_the_model_device(ours):
+    """Checked with PyTorch's "meta" device (no GPU here): encode must move what the tokenizer makes."""
+    model, tok = ours
+    small = MiniLM(model.config.__class__(num_hidden_layers=1), tok, max_seq_length=16).to("meta")
+    seen = []
+
+    def forward(input_ids, attention_mask):
+        seen.append((input_ids.device.type, attention_mask.device.type, input_ids.shape[1]))
+        return MiniLMOutput(input_ids, (), torch.zeros(input_ids.shape[0], 384, device=input_ids.device))
+
+    small.forward = forward
+    out = small.encode(["a short text", "word " * 50], batch_size=1)
+    assert seen == [("meta", "meta", 5), ("meta", "meta", 16)]  # cut at max_seq_length=16 too
+    assert out.device.type == "meta"
 
 
 def test_missing_package_says_how_to_install(monkeypatch):

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from torch import nn
 
-from attnlib import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from attnlib import MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention
 from attnlib.multihead import fused_attention
 
 ATOL = 1e-5
@@ -195,13 +195,60 @@ def test_gradcheck_float64():
 
 
 def test_dropout_only_in_training():
+    """Compared with a twin that has the same weights and no dropout."""
     mha = MultiHeadAttention(16, 2, dropout=0.5)
+    twin = MultiHeadAttention(16, 2, dropout=0.0)
+    twin.load_state_dict(mha.state_dict())
     x = rand(2, 5, 16, seed=11)
     mha.eval()
-    torch.testing.assert_close(mha(x, x, x)[0], mha(x, x, x)[0])
+    expected, expected_w = twin.eval()(x, x, x)
+    out, weights = mha(x, x, x)
+    torch.testing.assert_close(out, expected)  # eval: no weight is dropped
     mha.train()
     torch.manual_seed(0)
-    assert not torch.allclose(mha(x, x, x)[0], mha.eval()(x, x, x)[0])
+    out, weights = mha(x, x, x)
+    assert not torch.allclose(out, expected, atol=1e-3)  # training: some are
+    torch.testing.assert_close(weights, expected_w)  # the returned weights are the ones before dropout
+
+
+# ---------------------------------------------------------------- key_padding_mask
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_key_padding_mask_equals_torch_when_batch_equals_length(need_weights):
+    """With B == Lq a (B, Lk) padding mask passed as `mask` is read as (Lq, Lk): key_padding_mask is the fix."""
+    ours, theirs = pair(24, 3, seed=2)
+    x = rand(4, 4, 24, seed=4)  # B = L = 4
+    keep = padding_mask([4, 2, 3, 1], 4)  # (B, Lk)
+    out, weights = ours(x, x, x, key_padding_mask=keep, need_weights=need_weights)
+    expected, expected_w = theirs(x, x, x, key_padding_mask=~keep, average_attn_weights=False)
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
+    if need_weights:
+        torch.testing.assert_close(weights, expected_w, atol=ATOL, rtol=0)
+    misread, _ = ours(x, x, x, mask=keep)  # accepted (a 2-D mask is (Lq, Lk)) but means something else
+    assert not torch.allclose(misread, expected, atol=1e-3)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_key_padding_mask_combines_with_a_causal_mask(need_weights):
+    ours, theirs = pair(16, 2, seed=3)
+    x = rand(3, 5, 16, seed=5)
+    keep = padding_mask([5, 3, 2], 5)
+    out, weights = ours(x, x, x, mask=causal_mask(5), key_padding_mask=keep, need_weights=need_weights)
+    expected, expected_w = theirs(x, x, x, attn_mask=~causal_mask(5), key_padding_mask=~keep,
+                                  average_attn_weights=False)
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)  # every query keeps key 0, so no row is NaN
+    same, _ = ours(x, x, x, mask=causal_mask(5) & keep[:, None, None, :], need_weights=need_weights)
+    torch.testing.assert_close(out, same, atol=ATOL, rtol=0)  # the same as one combined 4-D mask
+    if need_weights:
+        assert (weights.triu(1) == 0).all() and (weights[1, :, :, 3:] == 0).all()
+
+
+def test_key_padding_mask_errors():
+    mha, x = MultiHeadAttention(8, 2), torch.zeros(2, 5, 8)
+    with pytest.raises(ValueError, match=r"key_padding_mask has shape \(2, 1, 1, 5\) but it must be \(B, Lk\) = \(2, 5\)"):
+        mha(x, x, x, key_padding_mask=torch.ones(2, 1, 1, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="key_padding_mask must have dtype torch.bool"):
+        mha(x, x, x, key_padding_mask=torch.ones(2, 5))
 
 
 # ---------------------------------------------------------------- errors
@@ -223,10 +270,21 @@ def test_shape_errors_name_the_shapes():
         mha(x, x, torch.zeros(2, 4, 8))
     with pytest.raises(ValueError, match=r"query has shape \(3, 5, 8\) but key has shape \(2, 5, 8\); the batch sizes must match"):
         mha(torch.zeros(3, 5, 8), x, x)
-    with pytest.raises(ValueError, match=r"mask has shape \(2, 5\) but it must broadcast to \(B, h, Lq, Lk\) = \(2, 2, 5, 5\)"):
-        mha(x, x, x, mask=torch.ones(2, 5, dtype=torch.bool))  # a padding mask needs [:, None, None, :]
+    with pytest.raises(ValueError, match=r"mask has shape \(2, 5\) but it must be a 2-D \(Lq, Lk\) = \(5, 5\) mask or a "
+                                         r"4-D \(B, h, Lq, Lk\) = \(2, 2, 5, 5\) mask.*a \(B, Lk\) padding mask is "
+                                         r"mask\[:, None, None, :\] \(or pass it as key_padding_mask\)"):
+        mha(x, x, x, mask=torch.ones(2, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match="mask must have dtype torch.bool"):
         mha(x, x, x, mask=torch.ones(5, 5, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 5), (5,), (2, 1, 5)])
+def test_masks_of_an_ambiguous_rank_are_refused(shape):
+    """B == h == 2: a (B, Lq, Lk) mask used to be read as (h, Lq, Lk), and a (Lk,) mask broadcast silently."""
+    mha, x = MultiHeadAttention(8, 2), torch.zeros(2, 5, 8)
+    with pytest.raises(ValueError, match=rf"mask has shape .* but a {len(shape)}-D mask is ambiguous here; .*"
+                                         r"add the missing dimensions explicitly"):
+        mha(x, x, x, mask=torch.ones(*shape, dtype=torch.bool))
 
 
 def test_copy_from_torch_errors():
@@ -248,3 +306,39 @@ def test_copy_from_torch_refuses_extra_key_value_biases():
         MultiHeadAttention(8, 2).copy_from_torch(nn.MultiheadAttention(8, 2, add_bias_kv=True, batch_first=True))
     with pytest.raises(ValueError, match="add_zero_attn"):
         MultiHeadAttention(8, 2).copy_from_torch(nn.MultiheadAttention(8, 2, add_zero_attn=True, batch_first=True))
+
+
+def test_copy_from_a_sequence_first_module():
+    """The weights do not depend on batch_first; the probe after copying runs theirs in its own layout."""
+    torch.manual_seed(0)
+    theirs = nn.MultiheadAttention(16, 4).eval()  # batch_first=False: (L, B, d)
+    ours = MultiHeadAttention(16, 4).copy_from_torch(theirs).eval()
+    x = rand(2, 6, 16, seed=1)
+    torch.testing.assert_close(ours(x, x, x)[0], theirs(*(x.transpose(0, 1),) * 3)[0].transpose(0, 1), atol=ATOL, rtol=0)
+
+
+def test_copy_from_torch_checks_behaviour_and_undoes_a_bad_copy():
+    """A module with the same weights that computes something else: the probe catches it, nothing is copied."""
+
+    class Louder(nn.MultiheadAttention):
+        def forward(self, *args, **kwargs):
+            out, w = super().forward(*args, **kwargs)
+            return 2 * out, w
+
+    torch.manual_seed(0)
+    ours = MultiHeadAttention(8, 2)
+    before = {k: v.clone() for k, v in ours.state_dict().items()}
+    with pytest.raises(ValueError, match="give different outputs on a probe input.*nothing was copied"):
+        ours.copy_from_torch(Louder(8, 2, batch_first=True))
+    assert all(torch.equal(before[k], v) for k, v in ours.state_dict().items())
+    assert ours.training  # its mode is restored too
+
+
+def test_copy_from_torch_leaves_the_global_random_state_alone():
+    """Notebooks seed, copy, then draw: the probe input must come from a generator of its own."""
+    theirs, ours = nn.MultiheadAttention(8, 2, batch_first=True), MultiHeadAttention(8, 2)
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    ours.copy_from_torch(theirs)
+    assert torch.equal(torch.rand(3), expected)

@@ -35,7 +35,9 @@ def test_heatmap_accepts_numpy_grad_tensors_and_an_existing_axes():
     assert plot_heatmap(w, ax=ax, vmax=1.0, colorbar=False) is ax
     assert ax.images[0].get_clim() == (0, 1.0)
     assert len(fig.axes) == 1
-    plot_heatmap(np.eye(3))
+    assert np.allclose(ax.images[0].get_array(), w.detach().numpy())
+    ax = plot_heatmap(np.eye(3))  # a NumPy array
+    assert np.array_equal(ax.images[0].get_array(), np.eye(3)) and ax.images[0].get_clim() == (0, 1.0)
 
 
 def test_heatmap_rotates_long_key_labels_only():
@@ -107,6 +109,12 @@ def test_curves_of_one_run_and_of_several_runs():
     assert [line.get_label() for line in ax.lines] == ["small", "big"]
     assert ax.get_ylabel() == "loss" and ax.get_xlabel() == "epoch"
     assert ax.lines[0].get_color() != ax.lines[1].get_color()
+
+
+def test_one_run_gets_a_colour_per_metric():
+    ax = plot_curves({"loss": [1.0, 0.5], "acc": [0.2, 0.4], "eval_acc": [0.1, 0.3]})
+    colours = [line.get_color() for line in ax.lines]
+    assert len(set(colours)) == 3 and {line.get_linestyle() for line in ax.lines} == {"-"}
 
 
 def test_curves_use_an_x_metric_when_present():

@@ -1,11 +1,13 @@
 """Tests of attnlib/positional.py: the sinusoidal table computed independently, relative
 offsets as rotations, and the two modules that add positions to token vectors."""
 import math
+import warnings
 
 import pytest
 import torch
 
-from attnlib import LearnedPositionalEmbedding, MultiHeadAttention, SinusoidalPositionalEncoding, sinusoidal_encoding
+from attnlib import (LearnedPositionalEmbedding, LearnedPositionalEncoding, MultiHeadAttention,
+                     SinusoidalPositionalEncoding, TaggerConfig, TransformerTagger, sinusoidal_encoding)
 
 ATOL = 1e-5
 
@@ -77,7 +79,7 @@ def test_sinusoidal_module_adds_the_table_and_has_no_parameters():
 
 
 def test_learned_module_adds_its_embedding_and_counts_parameters():
-    emb = LearnedPositionalEmbedding(max_len=10, d_model=8)
+    emb = LearnedPositionalEncoding(8, 10)  # (d_model, max_len), as SinusoidalPositionalEncoding
     x = torch.randn(3, 6, 8)
     torch.testing.assert_close(emb(x), x + emb.embedding.weight[:6])
     assert sum(p.numel() for p in emb.parameters()) == 10 * 8
@@ -109,7 +111,7 @@ def test_positions_break_permutation_equivariance():
 
 def test_too_long_input_raises():
     with pytest.raises(ValueError, match=r"x has length 11 \(shape \(2, 11, 8\)\) but this learned embedding only has max_len=10"):
-        LearnedPositionalEmbedding(10, 8)(torch.zeros(2, 11, 8))
+        LearnedPositionalEncoding(8, 10)(torch.zeros(2, 11, 8))
     with pytest.raises(ValueError, match=r"x has length 6 .* sinusoidal encoding only has max_len=5"):
         SinusoidalPositionalEncoding(8, max_len=5)(torch.zeros(1, 6, 8))
 
@@ -118,6 +120,33 @@ def test_shape_errors():
     with pytest.raises(ValueError, match=r"x has shape \(2, 3, 4\) but its last dimension must be d_model=8"):
         SinusoidalPositionalEncoding(8)(torch.zeros(2, 3, 4))
     with pytest.raises(ValueError, match=r"x must be 3-D, but it has shape \(3, 8\)"):
-        LearnedPositionalEmbedding(10, 8)(torch.zeros(3, 8))
+        LearnedPositionalEncoding(8, 10)(torch.zeros(3, 8))
     with pytest.raises(ValueError, match="max_len and d_model must be positive, got max_len=0, d_model=4"):
         sinusoidal_encoding(0, 4)
+
+
+def test_both_modules_take_d_model_then_max_len():
+    sin, learned = SinusoidalPositionalEncoding(8, 10), LearnedPositionalEncoding(8, 10)
+    assert (sin.d_model, sin.max_len) == (learned.d_model, learned.max_len) == (8, 10)
+    assert learned.embedding.weight.shape == (10, 8)
+    assert "d_model=8, max_len=10" in repr(sin) and "d_model=8, max_len=10" in repr(learned)
+
+
+def test_the_old_name_keeps_its_old_order_and_warns():
+    """Swapping the old class's arguments would silently turn (12, 64) into 64 positions of width 12."""
+    with pytest.warns(DeprecationWarning, match=r"use LearnedPositionalEncoding\(d_model, max_len\)"):
+        old = LearnedPositionalEmbedding(12, 64)  # (max_len, d_model), as notebook 06 calls it
+    assert (old.max_len, old.d_model) == (12, 64) and old.embedding.weight.shape == (12, 64)
+    assert isinstance(old, LearnedPositionalEncoding)
+    new = LearnedPositionalEncoding(64, 12)
+    new.load_state_dict(old.state_dict())  # the same parameters under the same names
+    x = torch.randn(2, 7, 64)
+    torch.testing.assert_close(new(x), old(x))
+
+
+def test_the_tagger_uses_the_new_name_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = TransformerTagger(TaggerConfig(vocab_size=5, num_outputs=3, d_model=8, num_heads=2, max_len=6,
+                                               positions="learned"))
+    assert type(model.pos) is LearnedPositionalEncoding and model.pos.embedding.weight.shape == (6, 8)

@@ -74,8 +74,10 @@ def test_errors():
         dot(rand(3, 1, 6), k)
     with pytest.raises(ValueError, match=r"keys must be 3-D"):
         dot(q, rand(4, 6))
-    with pytest.raises(ValueError, match=r"must broadcast to \(B, L\)"):
+    with pytest.raises(ValueError, match=r"mask has shape \(3, 5\) but it must be \(B, L\) = \(3, 4\)"):
         cat(q, k, torch.ones(3, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"mask has shape \(4,\) but it must be \(B, L\) = \(3, 4\) \(2-D"):
+        cat(q, k, torch.ones(4, dtype=torch.bool))  # used to broadcast over the batch silently
     with pytest.raises(ValueError, match=r"dtype torch.bool"):
         cat(q, k, torch.ones(3, 4))
     with pytest.raises(ValueError, match=r"keys_proj has shape"):

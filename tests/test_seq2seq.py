@@ -1,4 +1,7 @@
 """Tests of attnlib/seq2seq.py: shapes, masks, teacher forcing, greedy == beam(1), beam search, save/load."""
+import itertools
+import re
+
 import pytest
 import torch
 
@@ -56,6 +59,29 @@ def test_mask_lengths_and_default_agree_and_padding_is_ignored():
     torch.testing.assert_close(e[0], a[1], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("row", [[0, 1, 1, 1], [1, 0, 1, 0]], ids=["left padding", "a gap"])
+def test_masks_the_encoder_cannot_read_are_refused(row):
+    """The encoder reads the first mask.sum() tokens of each row; with left padding or gaps those are the
+    wrong tokens, and this used to pass silently."""
+    m = model("additive")
+    src = torch.tensor([[4, 5, 6, 2], [4, 5, 6, 2]])
+    mask = torch.tensor([[1, 1, 1, 1], row], dtype=torch.bool)
+    with pytest.raises(ValueError, match=rf"row 1 of src_mask is {re.escape(str(row))}: the real tokens must come first"):
+        m(src, mask, src)
+    with pytest.raises(ValueError, match=r"row 1 of src_mask"):
+        greedy_decode(m, src, mask)
+    padded = src.masked_fill(~mask, m.pad_id)  # the same layout written with pad tokens, and no mask
+    with pytest.raises(ValueError, match=r"row 1 of src != pad_id \(0\) is"):
+        m.encode(padded)
+
+
+def test_lengths_out_of_range_are_refused():
+    m = model("additive")
+    src, _, tgt = data()
+    with pytest.raises(ValueError, match=rf"every length must be between 0 and L={src.shape[1]}"):
+        m(src, torch.full((5,), src.shape[1] + 1), tgt)
+
+
 def test_teacher_forcing_zero_feeds_predictions():
     m = model("additive")
     src, mask, tgt = data()
@@ -96,27 +122,59 @@ def test_beam_one_equals_greedy(kind):
     assert scores.shape == (5,)
 
 
-def test_beam_search_finds_higher_likelihood_and_single_sequence():
-    m = model("additive", seed=2)
-    src, mask, _ = data()
-
-    def logprob(tokens):  # total log p of a decoded sequence up to and including its eos
-        logits, _ = m(src, mask, tokens)
-        lp = torch.log_softmax(logits, -1).gather(-1, tokens[..., None]).squeeze(-1)
-        real = torch.cumsum((tokens == m.eos_id).long(), 1) - (tokens == m.eos_id).long() == 0
-        return (lp * real).sum(1)
-
-    m.eval()
+def sequence_logprob(m, src, mask, tokens):
+    """Total log p of each decoded sequence (B, T), up to and including its first <eos>, by teacher forcing."""
     with torch.no_grad():
-        g, _ = greedy_decode(m, src, mask, max_len=8)
-        b, scores = beam_search(m, src, mask, beam_size=4, max_len=8, length_penalty=0.0)
-        assert (logprob(b) >= logprob(g) - 1e-6).all()
-        torch.testing.assert_close(scores, logprob(b).double(), atol=1e-5, rtol=0)
+        logits, _ = m(src, mask, tokens)
+    lp = torch.log_softmax(logits.double(), -1).gather(-1, tokens[..., None]).squeeze(-1)  # (B, T)
+    eos = (tokens == m.eos_id).long()
+    before_or_at_eos = torch.cumsum(eos, 1) - eos == 0
+    return (lp * before_or_at_eos).sum(1)
+
+
+def test_beam_score_is_the_log_probability_of_the_returned_sequence_and_single_sequence():
+    m = model("additive", seed=2).eval()
+    src, mask, _ = data()
+    b, scores = beam_search(m, src, mask, beam_size=4, max_len=8, length_penalty=0.0)
+    torch.testing.assert_close(scores, sequence_logprob(m, src, mask, b), atol=1e-5, rtol=0)
     one, s = beam_search(m, src[0, : int(mask[0].sum())], beam_size=4, max_len=8, length_penalty=0.0)
     assert one.dim() == 1 and s.dim() == 0
     assert torch.equal(one, b[0, : one.shape[0]])
     with pytest.raises(ValueError, match="beam_size"):
         beam_search(m, src, beam_size=0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_beam_that_prunes_nothing_finds_the_most_likely_sequence(seed):
+    """Exhaustive search is the one case where beam >= greedy is a theorem.
+
+    With V = 5 tokens and 3 steps there are at most 5**3 = 125 partial outputs at any step, so a
+    beam of 125 never drops one: its best must equal the best of all sequences scored one by one,
+    and greedy's sequence is one of them. (A narrow beam can end below greedy: greedy's prefix
+    may fall out of the beam. So that is not asserted for beam_size=4 above.)
+    """
+    d = make_reversal(4, (1, 3), vocab_size=2, seed=seed)
+    V, T = len(d.src_vocab), 3
+    assert V == 5
+    torch.manual_seed(seed)
+    enc = Encoder(V, 8, 16)
+    m = Seq2Seq(enc, AttentionDecoder(V, 8, 16, 16, AdditiveAttention(16, 16, 12))).eval()
+    beam, beam_score = beam_search(m, d.src, d.src_mask, beam_size=V**T, max_len=T, length_penalty=0.0)
+
+    candidates = []
+    for seq in itertools.product(range(V), repeat=T):  # every output; after <eos> only padding counts
+        eos = seq.index(m.eos_id) if m.eos_id in seq else T
+        if all(t == m.pad_id for t in seq[eos + 1:]):
+            candidates.append(seq)
+    cand = torch.tensor(candidates)  # (N, T)
+    best = torch.stack([
+        sequence_logprob(m, d.src[i:i + 1].expand(len(cand), -1), d.src_mask[i:i + 1].expand(len(cand), -1), cand).max()
+        for i in range(len(d))
+    ])
+    torch.testing.assert_close(beam_score, best, atol=1e-5, rtol=0)
+    greedy, _ = greedy_decode(m, d.src, d.src_mask, max_len=T)
+    greedy_lp = sequence_logprob(m, d.src, d.src_mask, torch.nn.functional.pad(greedy, (0, T - greedy.shape[1])))
+    assert (greedy_lp <= beam_score + 1e-6).all()
 
 
 def test_decoding_restores_training_mode():

@@ -69,8 +69,10 @@ def test_heads_must_divide_the_width():
 
 
 def test_a_mask_of_the_wrong_shape_raises():
-    with pytest.raises(ValueError, match=r"mask has shape \(3, 5\) but it must broadcast"):
+    with pytest.raises(ValueError, match=r"mask has shape \(3, 5\) but it must be a 2-D \(Lq, Lk\) = \(9, 9\)"):
         make()(tokens(B=3, L=9), mask=torch.ones(3, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"a 3-D mask is ambiguous here"):
+        make()(tokens(B=4, L=9), mask=torch.ones(4, 9, 9, dtype=torch.bool))  # B == heads: read as per-head before
 
 
 def test_parameter_count_matches_the_architecture():
@@ -152,6 +154,8 @@ def test_padding_mask_hides_the_padded_tokens():
     assert not torch.allclose(model(x)[0, :6], model(y)[0, :6], atol=1e-3)  # without the mask they do
     _, maps = model(x, mask, return_attention=True)
     assert torch.all(maps[0][0, :, :, 6:] == 0)
+    by_argument = model(x, key_padding_mask=padding_mask(lengths, 10))  # the same, with padding as padding
+    torch.testing.assert_close(by_argument, a, atol=1e-6, rtol=0)
 
 
 def test_a_few_steps_of_training_fit_a_fixed_batch():

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnlib import FeedForward, TransformerBlock, TransformerEncoder, causal_mask
+from attnlib import FeedForward, TransformerBlock, TransformerEncoder, causal_mask, padding_mask
 
 ATOL = 1e-5
 D, H, FF = 32, 4, 64
@@ -53,6 +53,30 @@ def test_block_equals_torch_layer_with_padding():
     out = ours(x, mask=keep[:, None, None, :])
     expected = theirs(x, src_key_padding_mask=~keep)
     torch.testing.assert_close(out[keep], expected[keep], atol=ATOL, rtol=0)  # real tokens
+    by_argument = ours(x, key_padding_mask=keep)
+    torch.testing.assert_close(by_argument, out, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_encoder_key_padding_mask_equals_torch_when_batch_equals_length(norm_first):
+    layer = nn.TransformerEncoderLayer(D, H, FF, batch_first=True, norm_first=norm_first)
+    theirs = nn.TransformerEncoder(layer, num_layers=2, norm=nn.LayerNorm(D) if norm_first else None,
+                                   enable_nested_tensor=False)
+    randomise(theirs, seed=5).eval()
+    ours = TransformerEncoder(2, D, H, FF, norm_first=norm_first)
+    for mine, their_layer in zip(ours.layers, theirs.layers):
+        mine.copy_from_torch(their_layer)
+    if norm_first:
+        ours.final_norm.load_state_dict(theirs.norm.state_dict())
+    ours.eval()
+    x = x_input(B=4, L=4)  # B == L: a (B, L) mask passed as `mask` would be read as (Lq, Lk)
+    keep = padding_mask([4, 1, 3, 2], 4)
+    out, maps = ours(x, key_padding_mask=keep, return_attention=True)
+    expected = theirs(x, src_key_padding_mask=~keep)
+    torch.testing.assert_close(out[keep], expected[keep], atol=ATOL, rtol=0)
+    assert all((w[1, :, :, 1:] == 0).all() for w in maps)  # sequence 1 has one real token
+    with pytest.raises(ValueError, match=r"a 3-D mask is ambiguous here"):
+        ours(x, mask=keep[:, None, :])  # (B, 1, L) is not a multi-head mask
 
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
@@ -122,8 +146,11 @@ def test_copy_from_torch_size_mismatch():
     "ours_kwargs, theirs_kwargs, message",
     [
         ({"norm_first": False}, {"norm_first": True}, "norm_first=True but this block has norm_first=False"),
-        ({"activation": "relu"}, {"activation": "gelu"}, "activation 'gelu' but this block has 'relu'"),
-        ({"activation": "gelu"}, {"activation": "relu"}, "activation 'relu' but this block has 'gelu'"),
+        ({"activation": "relu"}, {"activation": "gelu"}, r"activation gelu computes other values than this block's ReLU\(\)"),
+        ({"activation": "gelu"}, {"activation": "relu"}, r"activation relu computes other values than this block's GELU"),
+        ({"activation": "gelu"}, {"activation": nn.GELU(approximate="tanh")},  # a "gelu" by name, accepted before
+         r"activation GELU\(approximate='tanh'\) computes other values than this block's GELU\(approximate='none'\) "
+         r"\(largest difference [0-9.]+e-04"),
         ({}, {"layer_norm_eps": 1e-6}, "layer_norm_eps=1e-06 but this block has layer_norm_eps=1e-05"),
         ({}, {"bias": False}, "bias=False but this block has bias=True"),
     ],
@@ -133,3 +160,32 @@ def test_copy_from_torch_refuses_a_different_architecture(ours_kwargs, theirs_kw
     theirs = nn.TransformerEncoderLayer(D, H, FF, batch_first=True, **theirs_kwargs)
     with pytest.raises(ValueError, match=message):
         TransformerBlock(D, H, FF, **ours_kwargs).copy_from_torch(theirs)
+
+
+def test_copy_from_torch_accepts_any_activation_that_computes_the_same():
+    """Behaviour, not names: a hand-written ReLU is a ReLU (refused by name before)."""
+    theirs = randomise(nn.TransformerEncoderLayer(D, H, FF, activation=lambda t: t.clamp(min=0), batch_first=True), 7)
+    ours = TransformerBlock(D, H, FF, activation="relu").copy_from_torch(theirs.eval()).eval()
+    x = x_input()
+    torch.testing.assert_close(ours(x), theirs(x), atol=ATOL, rtol=0)
+
+
+def test_copy_from_a_sequence_first_layer():
+    theirs = randomise(nn.TransformerEncoderLayer(D, H, FF), seed=8).eval()  # batch_first=False: (L, B, d)
+    ours = TransformerBlock(D, H, FF).copy_from_torch(theirs).eval()
+    x = x_input()
+    torch.testing.assert_close(ours(x), theirs(x.transpose(0, 1)).transpose(0, 1), atol=ATOL, rtol=0)
+
+
+def test_copy_from_torch_checks_behaviour_and_undoes_a_bad_copy():
+    """A layer that passes every structural check but computes something else."""
+
+    class Shifted(nn.TransformerEncoderLayer):
+        def forward(self, src, *args, **kwargs):
+            return super().forward(src, *args, **kwargs) + 1.0
+
+    ours = TransformerBlock(D, H, FF)
+    before = {k: v.clone() for k, v in ours.state_dict().items()}
+    with pytest.raises(ValueError, match="nn.TransformerEncoderLayer give different outputs on a probe input"):
+        ours.copy_from_torch(Shifted(D, H, FF, batch_first=True))
+    assert all(torch.equal(before[k], v) for k, v in ours.state_dict().items())  # attention weights included
