@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {  # module -> the public names it gives the package
-    "attention": ["causal_mask", "padding_mask", "scaled_dot_product_attention", "masked_softmax"],
+    "attention": ["causal_mask", "padding_mask", "scaled_dot_product_attention", "masked_softmax", "sliding_window_mask"],
     "multihead": ["MultiHeadAttention"],
     "positional": ["LearnedPositionalEncoding", "LearnedPositionalEmbedding", "SinusoidalPositionalEncoding",
                    "sinusoidal_encoding"],
@@ -37,6 +37,13 @@ _EXPORTS = {  # module -> the public names it gives the package
     "minilm": ["MiniLM", "MiniLMOutput", "WordPieceTokenizer", "load_minilm"],
     "plotting": ["plot_curves", "plot_heads", "plot_heatmap"],
     "widgets": ["AttentionExplorer", "AttentionHeatmap"],
+    "widget_compare": ["AttentionCompare", "compare"],
+    "decoder": ["Seq2SeqTransformer", "Seq2SeqTransformerConfig", "TransformerDecoderBlock", "evaluate_transformer",
+                "sequence_loss"],
+    "gpt": ["GPT", "GPTConfig", "KVCache", "sample_next"],
+    "tiled": ["online_softmax", "online_softmax_stats", "tiled_attention"],
+    "rotary": ["RotaryEmbedding"],
+    "gqa": ["GroupedQueryAttention"],
     "paths": ["model_path", "save_path"],
     "exercises": ["check"],
 }
@@ -63,7 +70,14 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for editors and type checkers: the same names, imported eagerly
-    from .attention import causal_mask, masked_softmax, padding_mask, scaled_dot_product_attention
+    from .attention import causal_mask, masked_softmax, padding_mask, scaled_dot_product_attention, sliding_window_mask
+    from .decoder import (Seq2SeqTransformer, Seq2SeqTransformerConfig, TransformerDecoderBlock, evaluate_transformer,
+                          sequence_loss)
+    from .gpt import GPT, GPTConfig, KVCache, sample_next
+    from .gqa import GroupedQueryAttention
+    from .rotary import RotaryEmbedding
+    from .tiled import online_softmax, online_softmax_stats, tiled_attention
+    from .widget_compare import AttentionCompare, compare
     from .data import (Batch, Seq2SeqData, Vocab, batches, format_date, make_copy, make_dates, make_reversal,
                        make_sorting)
     from .exercises import check
