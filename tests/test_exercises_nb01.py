@@ -43,13 +43,13 @@ def right_count(H):
     (lambda H: right_count(H) - 4 * H * (E + H) - 8 * H, "one each"),
     (lambda H: 4 * H * H, "your formula gives"),
 ])
-def test_12_rejects(wrong, says):
-    verdict = check("1.2", wrong, quiet=True, vocab_size=V, emb=E)
+def test_13_params_rejects(wrong, says):
+    verdict = check("1.3", wrong, quiet=True, vocab_size=V, emb=E)
     assert verdict.ok is False and says in verdict.message
 
 
-def test_12_accepts():
-    assert check("1.2", right_count, quiet=True, vocab_size=V, emb=E)
+def test_13_params_accepts():
+    assert check("1.3", right_count, quiet=True, vocab_size=V, emb=E)
 
 
 @pytest.fixture(scope="module")
@@ -71,17 +71,36 @@ def teacher_forced(model, data, shift=False):
     return ((pred == data.tgt) & real).sum().item() / real.sum().item()
 
 
-def test_13_rejects_free_running_and_off_by_one(small_model):
+def test_14_rejects_free_running_and_off_by_one(small_model):
     model, data = small_model
     free = evaluate_seq2seq(model, data)["token_acc"]
     shifted = teacher_forced(model, data, shift=True)
     assert abs(free - teacher_forced(model, data)) > 1e-3 and abs(shifted - teacher_forced(model, data)) > 1e-3
     for wrong, says in ((free, "free-running"), (shifted, "off by one"), ("0.9", "not the teacher-forced"),
                         (12.0, "between 0 and 1")):
-        verdict = check("1.3", wrong, quiet=True, model=model, data=data)
+        verdict = check("1.4", wrong, quiet=True, model=model, data=data)
         assert verdict.ok is False and says in verdict.message, (wrong, verdict.message)
 
 
-def test_13_accepts(small_model):
+def test_14_accepts(small_model):
     model, data = small_model
-    assert check("1.3", teacher_forced(model, data), quiet=True, model=model, data=data)
+    assert check("1.4", teacher_forced(model, data), quiet=True, model=model, data=data)
+
+
+def test_12_beam_rejects_token_accuracy_and_missing_sizes(small_model):
+    model, data = small_model
+    scores = {k: evaluate_seq2seq(model, data, beam_size=k) for k in (1, 3, 10)}
+    right = {k: v["seq_acc"] for k, v in scores.items()}
+    tokens = {k: v["token_acc"] for k, v in scores.items()}
+    assert all(abs(right[k] - tokens[k]) > 1e-3 for k in right)
+    for wrong, says in ((tokens, "token accuracy"), ({1: right[1], 3: right[3]}, "beam sizes 1, 3 and 10"),
+                        ({1: right[10], 3: right[3], 10: right[1]} if right[1] != right[10] else {**right, 1: 2.0},
+                         "beam 1")):
+        verdict = check("1.2", wrong, quiet=True, model=model, data=data)
+        assert verdict.ok is False and says in verdict.message, (wrong, verdict.message)
+
+
+def test_12_beam_accepts(small_model):
+    model, data = small_model
+    right = {k: evaluate_seq2seq(model, data, beam_size=k)["seq_acc"] for k in (1, 3, 10)}
+    assert check("1.2", right, quiet=True, model=model, data=data)

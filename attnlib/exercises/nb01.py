@@ -41,7 +41,7 @@ def sequence_accuracy_fn(answer) -> tuple[bool, str]:
     return True, "correct: a sequence counts when all its real tokens are right; padding is ignored"
 
 
-@checker("1.2")
+@checker("1.3")
 def parameter_formula(answer, vocab_size: int, emb: int) -> tuple[bool, str]:
     """``answer(H) -> int``: parameters of Seq2Seq(Encoder(V, E, H), Decoder(V, E, H))."""
     from attnlib.seq2seq import Decoder, Encoder, Seq2Seq
@@ -68,6 +68,28 @@ def parameter_formula(answer, vocab_size: int, emb: int) -> tuple[bool, str]:
     return True, "correct: the formula matches numel for H = 8, 32 and 100; the H^2 terms of the LSTMs dominate"
 
 
+@checker("1.2")
+def beam_sequence_accuracies(answer, model, data) -> tuple[bool, str]:
+    """``answer``: dict beam size (1, 3, 10) -> free-running whole-sequence accuracy of ``model`` on ``data``."""
+    from attnlib.training import evaluate_seq2seq
+
+    if not isinstance(answer, dict) or set(answer) != {1, 3, 10}:
+        got = sorted(answer) if isinstance(answer, dict) else type(answer).__name__
+        return False, f"expected a dict with the beam sizes 1, 3 and 10 as keys, got {got}"
+    scores = {k: evaluate_seq2seq(model, data, beam_size=k) for k in (1, 3, 10)}
+    for k in (1, 3, 10):
+        try:
+            got = float(answer[k])
+        except (TypeError, ValueError):
+            return False, f"beam {k}: expected a number, got {type(answer[k]).__name__}"
+        if abs(got - scores[k]["seq_acc"]) < 1e-9:
+            continue
+        if abs(got - scores[k]["token_acc"]) < 1e-9:
+            return False, f"beam {k}: that is the token accuracy; the exercise asks for whole-sequence accuracy (seq_acc)"
+        return False, f"beam {k}: {got:.4f} is not the sequence accuracy of this model on this test set"
+    return True, "correct: " + ", ".join(f"beam {k}: {scores[k]['seq_acc']:.3f}" for k in (1, 3, 10))
+
+
 def teacher_forced_accuracy(model, data) -> float:
     """Token accuracy when the decoder is fed the gold previous token at every step (padding ignored)."""
     device = next(model.parameters()).device
@@ -81,7 +103,7 @@ def teacher_forced_accuracy(model, data) -> float:
     return float(((pred == target) & real).sum() / real.sum())
 
 
-@checker("1.3")
+@checker("1.4")
 def teacher_forced_token_accuracy(answer, model, data) -> tuple[bool, str]:
     """``answer``: the test token accuracy of ``model`` with teacher forcing (a float)."""
     from attnlib.training import evaluate_seq2seq
