@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+import attnlib
 from attnlib.exercises import check
 
 I = torch.arange(32, dtype=torch.float64)
@@ -29,15 +30,18 @@ def test_61_accepts():
     assert check("6.1", RIGHT_61.float(), quiet=True)
 
 
-def right_dot(k, d):
-    return float(torch.cos(k * 10000.0 ** (-2 * torch.arange(d // 2, dtype=torch.float64) / d)).sum())
+TABLE = attnlib.sinusoidal_encoding(1000, 64)
+
+
+def right_where(vec):
+    return int((TABLE @ vec).argmax())
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (lambda k, d: float(torch.cos(k * 10000.0 ** (-2 * torch.arange(d // 2, dtype=torch.float64) / d)).sum()) * 2,
-     "d/2 sin/cos pairs"),
-    (lambda k, d: float(torch.cos(k * 10000.0 ** (-torch.arange(d, dtype=torch.float64) / d)).sum()), "d/2 sin/cos pairs"),
-    (lambda k, d: float(torch.sin(k * 10000.0 ** (-2 * torch.arange(d // 2, dtype=torch.float64) / d)).sum()), "cosines"),
+    (lambda v: int((TABLE == v).all(dim=1).nonzero()[0]) if (TABLE == v).all(dim=1).any() else -1, "exact match"),
+    (lambda v: int((TABLE @ v).argmax()) + 1, "one off"),
+    (lambda v: int((TABLE @ v).argmin()), "largest dot product"),
+    (lambda v: TABLE @ v, "one position"),
 ])
 def test_62_rejects(wrong, says):
     verdict = check("6.2", wrong, quiet=True)
@@ -45,7 +49,8 @@ def test_62_rejects(wrong, says):
 
 
 def test_62_accepts():
-    assert check("6.2", right_dot, quiet=True)
+    assert check("6.2", right_where, quiet=True)
+    assert check("6.2", lambda v: int((TABLE - v).norm(dim=1).argmin()), quiet=True)  # nearest by distance works too
 
 
 def gap(block, x, perm, alpha, *, shuffle_pe=False, unshuffle=True, relative=True):

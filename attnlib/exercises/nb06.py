@@ -1,4 +1,4 @@
-"""Checkers for notebook 06's exercises (wavelengths, the offset dot product, shuffled content)."""
+"""Checkers for notebook 06's exercises (wavelengths, reading a position back, shuffled content)."""
 from __future__ import annotations
 
 import math
@@ -32,27 +32,32 @@ def wavelengths_64(answer) -> tuple[bool, str]:
 
 
 @checker("6.2")
-def offset_dot_fn(answer) -> tuple[bool, str]:
-    """``answer(k, d) -> float``: PE[p] . PE[p + k] for the sinusoidal table, which depends only on k."""
+def decode_position_fn(answer) -> tuple[bool, str]:
+    """``answer(vec (d,)) -> int``: the position p whose row of ``sinusoidal_encoding(1000, 64)`` is nearest to vec."""
     from attnlib.positional import sinusoidal_encoding
 
-    problem = callable_problem(answer, "a function pe_dot(k, d)")
+    problem = callable_problem(answer, "a function where_am_i(vec)")
     if problem:
         return False, problem
-    pe = sinusoidal_encoding(300, 64).double()
-    for k in (0, 1, 7, 40):
-        measured = float(pe[100] @ pe[100 + k])
-        got = float(answer(k, 64))
-        if abs(got - measured) < 1e-3:
-            continue
-        omega = 10000.0 ** (-2 * torch.arange(32, dtype=torch.float64) / 64)
-        if k == 0 and abs(got - 64) < 1e-6:
-            return False, ("k = 0 gives d, but PE[p]·PE[p] = d/2: there are d/2 sin/cos pairs, with frequencies "
-                           "ω_i = 10000^(-2i/d), and sin² + cos² = 1 for each")
-        if abs(got - float(torch.sin(k * omega).sum())) < 1e-3:
-            return False, "sin(a)sin(b) + cos(a)cos(b) = cos(a - b): the sum is of cosines"
-        return False, f"k = {k}: your formula gives {got:.4f}, the table gives PE[p]·PE[p+k] = {measured:.4f}"
-    return True, "correct: PE[p]·PE[p+k] = Σ cos(k ω_i), the same for every p"
+    table = sinusoidal_encoding(1000, 64)
+    g = torch.Generator().manual_seed(0)
+    for p in (0, 1, 17, 500, 999):
+        for noisy in (False, True):
+            vec = table[p] + (0.01 * torch.randn(64, generator=g) if noisy else 0.0)
+            got = answer(vec.clone())
+            try:
+                got = int(got)
+            except (TypeError, ValueError, RuntimeError):
+                return False, f"return one position (an int), got {type(got).__name__} of shape {tuple(getattr(got, 'shape', ()))}"
+            if got == p:
+                continue
+            if noisy and answer(table[p].clone()) == p:
+                return False, (f"position {p}: an exact row is found, but a slightly perturbed one is not; "
+                               "pick the nearest row (largest dot product), not an exact match")
+            if got == p + 1 or got == p - 1:
+                return False, f"position {p}: you returned {got}, one off; row p of the table belongs to position p (counting from 0)"
+            return False, f"position {p}: you returned {got}; the row of position p has the largest dot product with PE[p]"
+    return True, "correct: the nearest row of the table gives the position back, also with a little noise"
 
 
 def _gap(block, x, perm, alpha):
