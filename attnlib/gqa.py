@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import check_bool_mask, check_tensor, shape_of
+from ._checks import check_attention_mask, check_key_padding_mask, check_tensor, shape_of
 from .attention import scaled_dot_product_attention
-from .multihead import fused_attention
+from .multihead import combine_masks, fused_attention
 from .rotary import RotaryEmbedding
 
 KVCache = tuple[torch.Tensor, torch.Tensor]
@@ -88,6 +88,7 @@ class GroupedQueryAttention(nn.Module):
         value: torch.Tensor,
         mask: torch.Tensor | None = None,
         need_weights: bool = True,
+        key_padding_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         for name, x in (("query", query), ("key", key), ("value", value)):
             self._check(name, x)
@@ -97,7 +98,11 @@ class GroupedQueryAttention(nn.Module):
                 "size, and key and value the length"
             )
         if mask is not None:
-            check_bool_mask(mask, (query.shape[0], self.num_heads, query.shape[1], key.shape[1]), "(B, h, Lq, Lk)")
+            target = (query.shape[0], self.num_heads, query.shape[1], key.shape[1])
+            check_attention_mask(mask, target, ("B", "h", "Lq", "Lk"), padding_arg="key_padding_mask")
+        if key_padding_mask is not None:  # (B, Lk), True = a real token, as in MultiHeadAttention
+            check_key_padding_mask(key_padding_mask, key.shape[0], key.shape[1])
+        mask = combine_masks(mask, key_padding_mask)
         q = self._split(self.w_q(query), self.num_heads)  # (B, h, Lq, d_k)
         k = self._split(self.w_k(key), self.num_kv_heads)  # (B, g, Lk, d_k)
         v = self._split(self.w_v(value), self.num_kv_heads)  # (B, g, Lk, d_k)

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from ._checks import check_bool_mask, check_tensor, shape_of
+from ._checks import check_attention_mask, check_tensor, shape_of
 
 
 def _check_block_size(block_size: object) -> None:
@@ -103,7 +103,8 @@ def tiled_attention(
         ) from None
     Lq, Lk = q.shape[-2], k.shape[-2]
     if mask is not None:
-        check_bool_mask(mask, (*batch, Lq, Lk), "(..., Lq, Lk)")
+        names = tuple(f"n{i}" for i in range(len(batch)))
+        check_attention_mask(mask, (*batch, Lq, Lk), (*names, "Lq", "Lk"))  # (Lq, Lk) or full rank, as in attention.py
         mask = mask.expand(torch.broadcast_shapes(mask.shape, (Lq, Lk)))  # a view: no copy
 
     scale = 1.0 / math.sqrt(q.shape[-1])

@@ -117,7 +117,7 @@ def test_rotary_makes_self_attention_see_order():
     (lambda: GroupedQueryAttention(8, 4, 2)(rand(2, 3, 6), rand(2, 3, 8), rand(2, 3, 8)),
      r"query has shape \(2, 3, 6\) but its last dimension must be d_model=8"),
     (lambda: GroupedQueryAttention(8, 4, 2)(rand(2, 3, 8), rand(2, 3, 8), rand(2, 3, 8), mask=torch.ones(3, 4, dtype=torch.bool)),
-     r"mask has shape \(3, 4\) but it must broadcast to \(B, h, Lq, Lk\) = \(2, 4, 3, 3\)"),
+     r"mask has shape \(3, 4\) but it must be a 2-D \(Lq, Lk\) = \(3, 3\) mask or a 4-D \(B, h, Lq, Lk\) = \(2, 4, 3, 3\) mask"),
     (lambda: GroupedQueryAttention(8, 4, 2)(rand(2, 3, 8), rand(2, 5, 8), rand(2, 4, 8)),
      r"key \(2, 5, 8\) and value \(2, 4, 8\)"),
     (lambda: GroupedQueryAttention(8, 4, 2).forward_with_cache(rand(2, 1, 8), (rand(2, 4, 3, 2), rand(2, 4, 3, 2))),
@@ -126,3 +126,15 @@ def test_rotary_makes_self_attention_see_order():
 def test_bad_inputs_name_expected_and_actual(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_key_padding_mask_equals_the_same_mask_given_in_full():
+    torch.manual_seed(0)
+    gqa = GroupedQueryAttention(16, 4, 2).eval()
+    x = torch.randn(2, 5, 16)
+    real = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])  # (B, Lk): True = a real token
+    with torch.no_grad():
+        a, wa = gqa(x, x, x, key_padding_mask=real)
+        b, wb = gqa(x, x, x, mask=real[:, None, None, :])
+    assert torch.equal(a, b) and torch.equal(wa, wb)
+    assert (wa[1, :, :, 3:] == 0).all()  # the padding gets no weight

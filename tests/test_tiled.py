@@ -114,7 +114,7 @@ def test_block_size_larger_than_the_input_is_one_tile():
     (lambda: tiled_attention(rand(2, 5, 8), rand(2, 5, 8), rand(2, 5, 8), mask=torch.ones(5, 5)),
      r"mask must have dtype torch.bool .* got torch.float32"),
     (lambda: tiled_attention(rand(2, 5, 8), rand(2, 5, 8), rand(2, 5, 8), mask=torch.ones(4, 5, dtype=torch.bool)),
-     r"mask has shape \(4, 5\) but it must broadcast to \(\.\.\., Lq, Lk\) = \(2, 5, 5\)"),
+     r"mask has shape \(4, 5\) but it must be a 2-D \(Lq, Lk\) = \(5, 5\) mask or a 3-D \(n0, Lq, Lk\) = \(2, 5, 5\) mask"),
     (lambda: tiled_attention(rand(3, 5, 8), rand(2, 5, 8), rand(2, 5, 8)),
      r"leading \(batch\) dimensions of q \(3, 5, 8\), k \(2, 5, 8\) and v \(2, 5, 8\)"),
     (lambda: online_softmax(rand(3, 4), block_size=-2), r"block_size must be a positive int, got -2"),
