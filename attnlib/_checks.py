@@ -98,3 +98,25 @@ def check_key_padding_mask(key_padding_mask: torch.Tensor, batch: int, key_len: 
             f"key_padding_mask has shape {shape_of(key_padding_mask)} but it must be (B, Lk) = {(batch, key_len)}, "
             "True for the real tokens"
         )
+
+
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Size:
+    """Raise ValueError unless ``q (..., Lq, d_k)``, ``k (..., Lk, d_k)`` and ``v (..., Lk, d_v)`` fit
+    together; return their broadcast leading (batch) dimensions."""
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"query has shape {shape_of(q)} but key has shape {shape_of(k)}; the last dimensions must match"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"key has shape {shape_of(k)} but value has shape {shape_of(v)}; "
+            "they must have the same length (dimension -2)"
+        )
+    try:
+        return torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"the leading (batch) dimensions of q {shape_of(q)}, k {shape_of(k)} and v {shape_of(v)} "
+            "do not broadcast together"
+        ) from None
+

@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_attention_mask, check_bool_mask, check_tensor, shape_of
+from ._checks import check_attention_mask, check_bool_mask, check_qkv, check_tensor, shape_of
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -70,22 +70,7 @@ def scaled_dot_product_attention(
     check_tensor("q", q, min_dim=2)
     check_tensor("k", k, min_dim=2)
     check_tensor("v", v, min_dim=2)
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"query has shape {shape_of(q)} but key has shape {shape_of(k)}; the last dimensions must match"
-        )
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"key has shape {shape_of(k)} but value has shape {shape_of(v)}; "
-            "they must have the same length (dimension -2)"
-        )
-    try:
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError:
-        raise ValueError(
-            f"the leading (batch) dimensions of q {shape_of(q)}, k {shape_of(k)} and v {shape_of(v)} "
-            "do not broadcast together"
-        ) from None
+    batch = check_qkv(q, k, v)  # the broadcast batch dimensions of q, k and v
 
     d_k = q.shape[-1]
     scores = q @ k.transpose(-2, -1)  # (..., Lq, Lk)

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from ._checks import check_attention_mask, check_tensor, shape_of
+from ._checks import check_attention_mask, check_qkv, check_tensor, shape_of
 
 
 def _check_block_size(block_size: object) -> None:
@@ -85,22 +85,7 @@ def tiled_attention(
     check_tensor("k", k, min_dim=2)
     check_tensor("v", v, min_dim=2)
     _check_block_size(block_size)
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"query has shape {shape_of(q)} but key has shape {shape_of(k)}; the last dimensions must match"
-        )
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"key has shape {shape_of(k)} but value has shape {shape_of(v)}; "
-            "they must have the same length (dimension -2)"
-        )
-    try:
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError:
-        raise ValueError(
-            f"the leading (batch) dimensions of q {shape_of(q)}, k {shape_of(k)} and v {shape_of(v)} "
-            "do not broadcast together"
-        ) from None
+    batch = check_qkv(q, k, v)  # the broadcast batch dimensions of q, k and v
     Lq, Lk = q.shape[-2], k.shape[-2]
     if mask is not None:
         names = tuple(f"n{i}" for i in range(len(batch)))
