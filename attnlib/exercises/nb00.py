@@ -52,7 +52,7 @@ def causal_mask_6(answer) -> tuple[bool, str]:
         i, j = wrong[0].tolist()
         what = "may see the future token" if j > i else "is blocked from the earlier token"
         return False, f"row {i} {what} {j}"
-    return True, "correct: each token sees itself and everything before it"
+    return True, "each token sees itself and everything before it"
 
 
 @checker("0.2")
@@ -89,7 +89,7 @@ def mha_shapes_and_count(answer) -> tuple[bool, str]:
         if n in (8 * (4 * 64 * 8 + 4 * 8), 8 * 4 * (64 * 64 + 64)):
             return False, "the heads do not have their own full matrices: they share four d_model x d_model projections"
         return False, f"{n} parameters is not right: count W_q, W_k, W_v, W_o and their biases"
-    return True, f"correct: output {truth['output']}, weights {truth['weights']}, d_k {truth['d_k']}, {truth['parameters']:,} parameters"
+    return True, f"output {truth['output']}, weights {truth['weights']}, d_k {truth['d_k']}, {truth['parameters']:,} parameters"
 
 
 @checker("0.3")
@@ -121,7 +121,7 @@ def padding_mask_for_mha(answer) -> tuple[bool, str]:
     x = torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         _, w = MultiHeadAttention(d_model=8, num_heads=2)(x, x, x, mask=answer)
-    return True, f"correct: weight on the padding of sentence 2 is {w[1, :, :, 3:].sum().item():.1f} in every head"
+    return True, f"weight on the padding of sentence 2 is {w[1, :, :, 3:].sum().item():.1f} in every head"
 
 
 @checker("0.4")
@@ -156,4 +156,4 @@ def to_pytorch_mask(answer: Callable) -> tuple[bool, str]:
         moved, _ = ours(x2, x2, x2, attn_mask=answer(causal))
     if not torch.allclose(blocked_future[0, :-1], moved[0, :-1], atol=1e-6):
         return False, "with your mask an earlier output still changes when the last token changes"
-    return True, "correct: ~mask, and with it no output of nn.MultiheadAttention depends on a later token"
+    return True, "~mask, and with it no output of nn.MultiheadAttention depends on a later token"

@@ -38,7 +38,7 @@ def sequence_accuracy_fn(answer) -> tuple[bool, str]:
     target2[0, 2] = 3
     if abs(float(answer(pred2, target2, 7)) - 0.5) > 1e-6:
         return False, "use the pad_id argument rather than assuming padding is 0"
-    return True, "correct: a sequence counts when all its real tokens are right; padding is ignored"
+    return True, "a sequence counts when all its real tokens are right; padding is ignored"
 
 
 @checker("1.3")
@@ -65,7 +65,7 @@ def parameter_formula(answer, vocab_size: int, emb: int) -> tuple[bool, str]:
         if got == counted - lstm:
             return False, f"H={hidden}: you counted one LSTM; the encoder and the decoder have one each"
         return False, f"H={hidden}: your formula gives {got:,}, the model has {counted:,}"
-    return True, "correct: the formula matches numel for H = 8, 32 and 100; the H^2 terms of the LSTMs dominate"
+    return True, "the formula matches numel for H = 8, 32 and 100; the H^2 terms of the LSTMs dominate"
 
 
 @checker("1.2")
@@ -87,7 +87,7 @@ def beam_sequence_accuracies(answer, model, data) -> tuple[bool, str]:
         if abs(got - scores[k]["token_acc"]) < 1e-9:
             return False, f"beam {k}: that is the token accuracy; the exercise asks for whole-sequence accuracy (seq_acc)"
         return False, f"beam {k}: {got:.4f} is not the sequence accuracy of this model on this test set"
-    return True, "correct: " + ", ".join(f"beam {k}: {scores[k]['seq_acc']:.3f}" for k in (1, 3, 10))
+    return True, "" + ", ".join(f"beam {k}: {scores[k]['seq_acc']:.3f}" for k in (1, 3, 10))
 
 
 def teacher_forced_accuracy(model, data) -> float:
@@ -115,7 +115,7 @@ def teacher_forced_token_accuracy(answer, model, data) -> tuple[bool, str]:
     truth = teacher_forced_accuracy(model, data)
     if abs(got - truth) < 1e-4:
         free = evaluate_seq2seq(model, data)["token_acc"]
-        return True, f"correct: {truth:.3f} with teacher forcing against {free:.3f} free-running"
+        return True, f"{truth:.3f} with teacher forcing against {free:.3f} free-running"
     if abs(got - evaluate_seq2seq(model, data)["token_acc"]) < 1e-4:
         return False, "that is the free-running (greedy) accuracy; feed the gold tokens with model(src, src_mask, tgt, teacher_forcing=1.0)"
     device = next(model.parameters()).device

@@ -41,7 +41,7 @@ def additive_weights_by_hand(answer) -> tuple[bool, str]:
         if torch.allclose(got, no_tanh.masked_fill(~mask, float("-inf")).softmax(-1), atol=1e-5):
             return False, "the tanh is missing: score = v . tanh(W_s s + W_h h)"
         return False, "the weights differ from AdditiveAttention's: score = v . tanh(W_s s + W_h h), then a masked softmax"
-    return True, "correct: your weights equal AdditiveAttention's"
+    return True, "your weights equal AdditiveAttention's"
 
 
 @checker("2.2")
@@ -60,7 +60,7 @@ def batch_source_mask(answer, batch: torch.Tensor, pad_id: int) -> tuple[bool, s
     if not torch.equal(answer, right):
         b, i = (answer != right).nonzero()[0].tolist()
         return False, f"sequence {b}, position {i}: should be {bool(right[b, i])}"
-    return True, "correct: True on the real characters, False on the padding"
+    return True, "True on the real characters, False on the padding"
 
 
 def format1_century(ids: torch.Tensor, data) -> tuple[list[int], float]:
@@ -79,7 +79,7 @@ def century_accuracy(answer, ids: torch.Tensor, data) -> tuple[bool, str]:
         return False, f"expected a number (a share between 0 and 1), got {type(answer).__name__}"
     fmt1, truth = format1_century(ids, data)
     if abs(got - truth) < 1e-9:
-        return True, f"correct: {len(fmt1)} dates in format 1, century right in {truth:.3f} of them"
+        return True, f"{len(fmt1)} dates in format 1, century right in {truth:.3f} of them"
     everyone = sum(ids[i, :2].tolist() == data.tgt[i, :2].tolist() for i in range(len(data.src_raw))) / len(data.src_raw)
     first_only = sum(int(ids[i, 0]) == int(data.tgt[i, 0]) for i in fmt1) / max(len(fmt1), 1)
     if abs(got - everyone) < 1e-9:

@@ -31,7 +31,7 @@ def entropy_fn(answer) -> tuple[bool, str]:
         return False, "0 * log 0 gave NaN: masked keys have weight 0; clamp p before the log (or drop zeros)"
     if abs(got_padded - math.log(2) / 2) > 1e-4:
         return False, f"rows [0.5, 0.5, 0, 0] and [1, 0, 0, 0] have mean entropy {math.log(2) / 2:.4f}, your function gives {got_padded:.4f}"
-    return True, "correct: mean entropy per row in nats, and zero weights contribute nothing"
+    return True, "mean entropy per row in nats, and zero weights contribute nothing"
 
 
 @checker("3.2")
@@ -58,7 +58,7 @@ def score_parameter_formulas(answer) -> tuple[bool, str]:
                 return False, f"{name}: one vector of size A is missing; do not forget v"
             hint = "" if dq != dk else " (a formula that swaps Dq and Dk still passes when they are equal)"
             return False, f"{name} with Dq={dq}, Dk={dk}, A={a}: your formula gives {got:,}, numel counts {counted:,}{hint}"
-    return True, "correct: all three formulas match numel, also with Dq != Dk"
+    return True, "all three formulas match numel, also with Dq != Dk"
 
 
 @checker("3.3")
@@ -85,4 +85,4 @@ def keep_top_k(answer) -> tuple[bool, str]:
         return False, f"for k=2 the rows should become {right.tolist()}, got {got.tolist()}"
     if not torch.allclose(answer(w, 1), (w == w.max(-1, keepdim=True).values).float(), atol=1e-6):
         return False, "with k=1 the result should be one-hot on the largest weight"
-    return True, "correct: the k largest weights, renormalised to sum to 1"
+    return True, "the k largest weights, renormalised to sum to 1"

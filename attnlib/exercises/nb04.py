@@ -33,7 +33,7 @@ def causal_mask_fn(answer) -> tuple[bool, str]:
         if torch.equal(got, torch.ones(T, T, dtype=torch.bool).tril(1)):
             return False, "off by one: each token may see the next one; use <= between key and query index"
         return False, f"my_causal_mask({T}) differs from the causal mask"
-    return True, "correct: key index <= query index, for every size tried"
+    return True, "key index <= query index, for every size tried"
 
 
 class _Layer(nn.Module):
@@ -58,7 +58,7 @@ def flops_prediction(answer) -> tuple[bool, str]:
         _Layer(d)(torch.zeros(batch, T, d))
     counted = counter.get_total_flops()
     if answer == counted:
-        return True, f"correct: {counted:,} FLOPs, as FlopCounterMode counts them; the 4T^2d term is the larger"
+        return True, f"{counted:,} FLOPs, as FlopCounterMode counts them; the 4T^2d term is the larger"
     if answer * 2 == counted:
         return False, "off by a factor 2: either the batch of 2 is missing, or you counted multiply-adds (one per pair) instead of FLOPs (two)"
     if answer == counted - batch * 2 * T * d**2:
@@ -96,4 +96,4 @@ def masked_softmax_fn(answer) -> tuple[bool, str]:
         return False, "masked keys must get weight exactly 0"
     if not torch.allclose(got, right, atol=1e-6):
         return False, "the allowed keys' weights are not the softmax of their scores (softmax over the last axis)"
-    return True, "correct: masked keys get 0, fully masked rows get zeros, the rest is a softmax"
+    return True, "masked keys get 0, fully masked rows get zeros, the rest is a softmax"

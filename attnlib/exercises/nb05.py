@@ -31,7 +31,7 @@ def split_heads_fn(answer) -> tuple[bool, str]:
         return False, "head j must own consecutive features j*d_k .. (j+1)*d_k - 1, not every h-th feature"
     if not torch.equal(got, right):
         return False, "the values are in the wrong places: got[b, j, t] should be x[b, t, j*d_k:(j+1)*d_k]"
-    return True, "correct: (B, T, d) -> view (B, T, h, d_k) -> transpose -> (B, h, T, d_k)"
+    return True, "(B, T, d) -> view (B, T, h, d_k) -> transpose -> (B, h, T, d_k)"
 
 
 @checker("5.2")
@@ -50,7 +50,7 @@ def merge_heads_fn(answer) -> tuple[bool, str]:
         return False, "reshape without transposing back: the shape is right but each token gets pieces of other tokens"
     if not torch.equal(got, x):
         return False, "merge_heads(split_heads(x)) should give x back exactly"
-    return True, "correct: transpose back to (B, T, h, d_k), then reshape to (B, T, d_model); the round trip gives x back"
+    return True, "transpose back to (B, T, h, d_k), then reshape to (B, T, d_model); the round trip gives x back"
 
 
 @checker("5.3")
@@ -71,4 +71,4 @@ def per_head_mask(answer, T: int = 5) -> tuple[bool, str]:
     for head, name in ((0, "left and itself"), (1, "right and itself"), (2, "everything"), (3, "everything")):
         if not torch.equal(answer[0, head], right[0, head]):
             return False, f"head {head} should see {name}"
-    return True, "correct: one (T, T) mask per head, broadcast over the batch"
+    return True, "one (T, T) mask per head, broadcast over the batch"

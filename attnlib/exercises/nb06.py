@@ -28,7 +28,7 @@ def wavelengths_64(answer) -> tuple[bool, str]:
         return False, "the exponent is 2i/d, not i/d: pair i uses dimensions 2i and 2i + 1"
     if not torch.allclose(got, right, rtol=1e-4):
         return False, f"pair 0 should repeat every {right[0]:.2f} positions and pair 31 every {right[-1]:.0f}"
-    return True, f"correct: from {right[0]:.2f} to {right[-1]:,.0f} positions"
+    return True, f"from {right[0]:.2f} to {right[-1]:,.0f} positions"
 
 
 @checker("6.2")
@@ -57,7 +57,7 @@ def decode_position_fn(answer) -> tuple[bool, str]:
             if got == p + 1 or got == p - 1:
                 return False, f"position {p}: you returned {got}, one off; row p of the table belongs to position p (counting from 0)"
             return False, f"position {p}: you returned {got}; the row of position p has the largest dot product with PE[p]"
-    return True, "correct: the nearest row of the table gives the position back, also with a little noise"
+    return True, "the nearest row of the table gives the position back, also with a little noise"
 
 
 def _gap(block, x, perm, alpha):
@@ -93,4 +93,4 @@ def equivariance_gap_fn(answer) -> tuple[bool, str]:
                        "shuffle x only and add the table in its original order")
     if abs(at1 - right1) > 1e-3 * max(1.0, right1):
         return False, f"at alpha = 1 the relative gap should be {right1:.4f}, yours is {at1:.4f} (divide by the norm of the unshuffled output)"
-    return True, f"correct: gap {right0:.1e} without positions, {right1:.3f} with them"
+    return True, f"gap {right0:.1e} without positions, {right1:.3f} with them"

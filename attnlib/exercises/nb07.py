@@ -30,7 +30,7 @@ def block_params_fn(answer) -> tuple[bool, str]:
         if got - counted == (h - 1) * 4 * (d * d + d):
             return False, "the heads share the four d_model x d_model projections; the count does not grow with num_heads"
         return False, f"d_model={d}, heads={h}, d_ff={d_ff}: your formula gives {got:,}, numel counts {counted:,}"
-    return True, "correct: 4(d²+d) + 2·d·d_ff + d_ff + d + 4d, the same for any number of heads"
+    return True, "4(d²+d) + 2·d·d_ff + d_ff + d + 4d, the same for any number of heads"
 
 
 @checker("7.2")
@@ -53,7 +53,7 @@ def one_odd_digit_family(answer, length: int = 12) -> tuple[bool, str]:
         return False, f"every row must hold {length - 1} copies of one digit and one different digit"
     if len({tuple(r) for r in answer.tolist()}) != n:
         return False, "some inputs appear twice (and so others are missing): loop over the position of the odd digit too"
-    return True, f"correct: all {n} inputs, each once"
+    return True, f"all {n} inputs, each once"
 
 
 @checker("7.3")
@@ -81,7 +81,7 @@ def post_norm_by_hand(answer) -> tuple[bool, str]:
         a = block.attn(x, x, x)[0]
         no_residual = block.norm2(block.ff(block.norm1(a)))
     if torch.allclose(got, right, atol=1e-5):
-        return True, "correct: x = norm1(x + attn(x)); x = norm2(x + ff(x))"
+        return True, "x = norm1(x + attn(x)); x = norm2(x + ff(x))"
     if torch.allclose(got, pre, atol=1e-5):
         return False, "that is pre-norm (normalise, sublayer, add); post-norm adds first and normalises the sum"
     if torch.allclose(got, no_residual, atol=1e-5):

@@ -32,7 +32,7 @@ def share_without_sink(answer, rows: torch.Tensor, target: int) -> tuple[bool, s
     if not torch.allclose(got, right, atol=1e-5):
         return False, "the shares differ: zero columns 0 and L-1, divide by the row sum, then take the target column"
     best = int(right.flatten().argmax())
-    return True, f"correct: without the sink the largest share is {right.flatten()[best]:.2f}, in L{best // heads}H{best % heads}"
+    return True, f"without the sink the largest share is {right.flatten()[best]:.2f}, in L{best // heads}H{best % heads}"
 
 
 @checker("9.2")
@@ -53,7 +53,7 @@ def previous_token_weight(answer, att: torch.Tensor) -> tuple[bool, str]:
     if not torch.allclose(got, right, atol=1e-5):
         return False, "the values differ: take the diagonal just below the main one (entries [i, i-1]) and average it"
     best = int(right.flatten().argmax())
-    return True, f"correct: L{best // heads}H{best % heads} puts {right.flatten()[best]:.2f} on the previous token on average"
+    return True, f"L{best // heads}H{best % heads} puts {right.flatten()[best]:.2f} on the previous token on average"
 
 
 @checker("9.3")
@@ -81,4 +81,4 @@ def mean_pool_fn(answer) -> tuple[bool, str]:
         return False, "that is the [CLS] vector; all-MiniLM-L6-v2 averages all real tokens"
     if not torch.allclose(got, right, atol=1e-5):
         return False, "the vectors differ from the normalised mean of the real tokens"
-    return True, "correct: the mean over real tokens, normalised to unit length"
+    return True, "the mean over real tokens, normalised to unit length"

@@ -37,7 +37,7 @@ def decoder_input(answer, tgt: torch.Tensor, bos_id: int = 1) -> tuple[bool, str
     if not torch.equal(answer, right):
         wrong = (answer != right).nonzero()[0].tolist()
         return False, f"row {wrong[0]}, position {wrong[1]} should be target token {wrong[1] - 1}, i.e. {int(right[tuple(wrong)])}"
-    return True, "correct: <bos>, then the target shifted right by one"
+    return True, "<bos>, then the target shifted right by one"
 
 
 @checker("10.2")
@@ -68,7 +68,7 @@ def memory_mask(answer, src: torch.Tensor, pad_id: int = 0, num_heads: int = 4, 
         b = int((full != want).any(-1).any(-1).any(-1).nonzero()[0])
         return False, (f"sequence {b} has {int(real[b].sum())} real tokens, but your mask lets it attend to "
                        f"{answer[b].reshape(-1, answer.shape[-1])[0].nonzero().flatten().tolist()}")
-    return True, "correct: every target position may look at every real source token, and at no pad"
+    return True, "every target position may look at every real source token, and at no pad"
 
 
 @checker("10.3")
@@ -85,7 +85,7 @@ def greedy_by_hand(answer, model, src: torch.Tensor, max_len: int = 11) -> tuple
         bos = torch.tensor([[c.bos_id]])
         from_bos_only = model.decode(bos, memory)[0, -1].argmax().item()
     if answer == right:
-        return True, "correct: each prediction was fed back in as the next input, until <eos>"
+        return True, "each prediction was fed back in as the next input, until <eos>"
     if answer and answer[0] == c.bos_id:
         return False, "your ids start with <bos>: that is the decoder's first input, not a generated token; leave it out"
     if answer[: len(right)] == right and len(answer) > len(right):
