@@ -52,9 +52,9 @@ execute: install
 benchmark: install
 	$(PY) benchmarks/attention_benchmark.py
 
-## Retrain the small models that notebook 08 loads from data/ (notebooks 02, 07 and 11 save them when they run).
+## Retrain the small models saved in data/ (notebooks 02, 07, 10 and 11 save them when they run).
 models: install
-	$(PY) tools/execute_notebooks.py notebooks/02_bahdanau_attention.ipynb notebooks/07_transformer_block.ipynb notebooks/11_small_gpt.ipynb
+	$(PY) tools/execute_notebooks.py notebooks/02_bahdanau_attention.ipynb notebooks/07_transformer_block.ipynb notebooks/10_encoder_decoder.ipynb notebooks/11_small_gpt.ipynb
 
 ## The lock is made with the CPU build of torch (so no NVIDIA package is pinned) and lists
 ## setuptools too (torch needs it at run time; a plain `pip freeze` leaves it out).
