@@ -36,3 +36,168 @@ def test_bad_shapes_of_answer_are_feedback_not_a_crash():
                       ((0.0, 2.0), "expected (layer, head)")]:
         v = verdict(bad)
         assert v.ok is False and says in v.message, (bad, v.message)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercises 1-3 (8.2-8.4), against the saved models (they load in well under a second)
+
+import pytest  # noqa: E402
+
+import attnlib  # noqa: E402
+from attnlib import AttentionExplorer, AttentionHeatmap, TransformerTagger  # noqa: E402
+from attnlib.paths import model_path  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def sorter():
+    return TransformerTagger.load(model_path("sort_transformer.pt"))[0]
+
+
+def test_placeholders_are_not_attempted(sorter):
+    assert check("8.2", None, quiet=True, sorter=sorter).ok is None
+    assert check("8.3", None, quiet=True, W=torch.zeros(1), probe=torch.zeros(1)).ok is None
+    assert check("8.4", None, quiet=True, dater=None, src_vocab=None, text="27.11.31").ok is None
+
+
+def maps(sorter, digits):
+    with torch.no_grad():
+        _, per_layer = sorter(torch.tensor([digits]), return_attention=True)
+    return [m[0] for m in per_layer]
+
+
+def explore_with(sorter, *, feed=lambda ds: ds, layers=slice(None), label=lambda d, i: f"{d}@{i}", fixed=None,
+                 kind="explorer"):
+    """The solution of Exercise 1, with one thing done wrong."""
+    def explore(text):
+        ds = [int(c) for c in text]
+        per_layer = maps(sorter, fixed or feed(ds))[layers]
+        labels = [label(d, i) for i, d in enumerate(fixed or ds)]
+        if kind == "tensor":
+            return torch.stack(per_layer)
+        if kind == "heatmap":
+            return AttentionHeatmap(per_layer[-1][0], labels)
+        return AttentionExplorer(per_layer, labels)
+    return explore
+
+
+def test_8_2_accepts_the_explorer_of_the_text(sorter):
+    v = check("8.2", explore_with(sorter), quiet=True, sorter=sorter)
+    assert v and "2 layers x 4 heads" in v.message
+
+
+@pytest.mark.parametrize("mistake, says", [
+    (dict(fixed=[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8]), "not the π digits"),   # the maps of section 2, whatever the text
+    (dict(feed=sorted), "maps of the sorted digits"),
+    (dict(layers=slice(-1, None)), "pass the maps of every layer"),
+    (dict(label=lambda d, i: str(d)), "label the tokens digit@position"),
+    (dict(kind="tensor"), "should return an AttentionExplorer, got Tensor"),
+    (dict(kind="heatmap"), "an AttentionHeatmap shows one map"),
+])
+def test_8_2_rejects_typical_mistakes(sorter, mistake, says):
+    v = check("8.2", explore_with(sorter, **mistake), quiet=True, sorter=sorter)
+    assert v.ok is False and says in v.message, v.message
+
+
+def test_8_2_a_function_that_ignores_its_text_is_named(sorter):
+    fixed = explore_with(sorter)("905172638405")
+    v = check("8.2", lambda text: fixed, quiet=True, sorter=sorter)
+    assert v.ok is False and "4 digits give 4 x 4" in v.message
+    backwards = check("8.2", explore_with(sorter, feed=lambda ds: ds[::-1]), quiet=True, sorter=sorter)
+    assert backwards.ok is False and "differs from the sorter's attention" in backwards.message
+
+
+def test_8_2_a_crash_and_a_non_function_are_feedback(sorter):
+    assert "expected a function" in check("8.2", 42, quiet=True, sorter=sorter).message
+    v = check("8.2", lambda text: AttentionExplorer(torch.ones(2, 4, 3, 3), list("abc")), quiet=True, sorter=sorter)
+    assert v.ok is False and "ValueError" in v.message                          # rows that do not sum to 1
+
+
+@pytest.fixture(scope="module")
+def probe_maps(sorter):
+    g = torch.Generator().manual_seed(3)
+    probe = torch.randint(0, 10, (300, 12), generator=g)
+    with torch.no_grad():
+        _, per_layer = sorter(probe, return_attention=True)
+    return torch.stack(per_layer, dim=1), probe                                # (300, layers, heads, 12, 12), (300, 12)
+
+
+def hit_rates(W, probe):
+    """The notebook's Task A and Exercise 2, for every head: (best head, holds_answer, answer_weight, rates)."""
+    holds = (probe.sort(dim=1).values[:, :, None] == probe[:, None, :]).float()
+    answer_weight = (W * holds[:, None, None]).sum(-1).mean(dim=(0, 3))
+    best = divmod(int(answer_weight.argmax()), W.shape[2])
+    rates = torch.tensor([[holds.gather(2, W[:, l, h].argmax(-1)[..., None]).mean().item() for h in range(W.shape[2])]
+                          for l in range(W.shape[1])])
+    return best, holds, answer_weight, rates
+
+
+def test_8_3_accepts_the_hit_rate_of_the_task_a_head(probe_maps):
+    W, probe = probe_maps
+    best, _, _, rates = hit_rates(W, probe)
+    v = check("8.3", rates[best].item(), quiet=True, W=W, probe=probe)
+    assert v and f"layer {best[0]}, head {best[1]}" in v.message
+    assert check("8.3", torch.tensor(rates[best].item()), quiet=True, W=W, probe=probe)   # a 0-d tensor is fine
+
+
+def test_8_3_rejects_typical_mistakes(probe_maps):
+    W, probe = probe_maps
+    best, holds, answer_weight, rates = hit_rates(W, probe)
+    other = (1 - best[0], best[1])
+    own = (probe[:, :, None] == probe[:, None, :]).float()
+    own_rate = own.gather(2, W[:, best[0], best[1]].argmax(-1)[..., None]).mean().item()
+    by_query = holds.gather(2, W[:, best[0], best[1]].argmax(-2)[..., None]).mean().item()
+    for wrong, says in [(rates[other].item(), f"rate of layer {other[0]}, head {other[1]}"),
+                        (answer_weight[best].item(), "average weight on the answer"),
+                        (holds.mean().item(), "chance level"),
+                        (100 * rates[best].item(), "percentage"),
+                        (rates[best].item() * holds[:, :, 0].numel(), "not a share"),
+                        (own_rate, "query's own digit"),
+                        (by_query, "argmax over the queries"),
+                        ("0.5", "expected one number")]:
+        v = check("8.3", wrong, quiet=True, W=W, probe=probe)
+        assert v.ok is False and says in v.message, (wrong, says, v.message)
+
+
+@pytest.fixture(scope="module")
+def dates():
+    dater, info = attnlib.load_seq2seq(model_path("date_attention.pt"))
+    src_vocab = info["src_vocab"]
+    ids, w = attnlib.greedy_decode(dater, torch.tensor([src_vocab.encode("27.11.31")]))
+    return dict(dater=dater, src_vocab=src_vocab, text="27.11.31"), w[0]
+
+
+def reads(w, outputs=(0, 1)):
+    return [(int(w[p].argmax()), w[p].max().item()) for p in outputs]
+
+
+def test_8_4_accepts_position_and_weight_also_rounded_as_printed(dates):
+    context, w = dates
+    assert check("8.4", reads(w), quiet=True, **context)
+    assert check("8.4", [(j, round(x, 3)) for j, x in reads(w)], quiet=True, **context)
+    assert check("8.4", [(torch.tensor(j), torch.tensor(x)) for j, x in reads(w)], quiet=True, **context)
+
+
+def test_8_4_rejects_typical_mistakes(dates):
+    context, w = dates
+    right = reads(w)
+    (j0, x0), (j1, x1) = right
+    for wrong, says in [([(j + 1, x) for j, x in right], "count from 0"),
+                        ([(x, j) for j, x in right], "swapped"),
+                        ([("27.11.31<"[j], x) for j, x in right], "not the character"),
+                        (reads(w, (1, 2)), "these are outputs 1 and 2"),
+                        ([(j0, x0), (j1, w[1].min().item())], "its weight is not"),
+                        ([(j0, x0), ((j1 + 3) % w.shape[1], x1)], f"output 1 reads input position {j1}"),
+                        ([j0, j1], "should be a pair"),
+                        ((j0, x0), "should be a pair")]:
+        v = check("8.4", wrong, quiet=True, **context)
+        assert v.ok is False and says in v.message, (wrong, says, v.message)
+
+
+def test_8_3_takes_any_kind_of_number_but_not_a_table(probe_maps):
+    import numpy as np
+
+    W, probe = probe_maps
+    best, _, _, rates = hit_rates(W, probe)
+    assert check("8.3", np.float32(rates[best].item()), quiet=True, W=W, probe=probe)
+    v = check("8.3", rates, quiet=True, W=W, probe=probe)                  # every head's rate at once
+    assert v.ok is False and "expected one number" in v.message
