@@ -55,6 +55,12 @@ class AttentionCompare(ipywidgets.HBox):
         data["image/png"] = buf.getvalue()
         data["text/html"] = static_html(self.a, data["image/png"], f"{self.a.title} | {self.b.title} | {self.diff.title}")
         data["text/plain"] = repr(self)
+        from .widget_render import PAYLOAD_MAX_BYTES, export_state
+        from .widgets import EXPORT_MIME
+
+        data.pop(EXPORT_MIME, None)
+        if sum(len(w._weights) for w in (self.a, self.b, self.diff)) <= PAYLOAD_MAX_BYTES:
+            data[EXPORT_MIME] = {"compare": [export_state(w) for w in (self.a, self.b, self.diff)]}
         return data, metadata
 
     def __repr__(self) -> str:

@@ -165,29 +165,37 @@ def static_html(w: "_AttentionWidget", png: bytes, caption: str) -> str:
             "to hover and click.</figcaption></figure>")
 
 
-def export_html(w: "_AttentionWidget", path: str | pathlib.Path) -> pathlib.Path:
-    """Write ``w`` as one self-contained HTML page (works from file://, no network); return the path."""
-    path = pathlib.Path(path)
-    if path.suffix.lower() not in (".html", ".htm"):
-        raise ValueError(f"path must end in .html or .htm, got {str(path)!r}")
-    if not path.parent.exists():
-        raise ValueError(f"the folder of path does not exist: {str(path.parent)!r}")
+# Outputs whose weights exceed this many bytes carry no export payload (the notebook would grow by
+# that much); the static site then shows their labelled picture instead of a live widget.
+PAYLOAD_MAX_BYTES = 4_000_000
+
+
+def export_state(w: "_AttentionWidget") -> dict:
+    """Everything a kernel-free page needs to draw ``w``: ``{"state": plain traits, "binary": {name:
+    base64}, "title": str}``. JSON-ready; :func:`export_page` turns it into HTML."""
     state = {name: getattr(w, name) for name in w.trait_names(sync=True) if not name.startswith("_model")
              and not name.startswith("_view") and name not in ("_esm", "_css", "_dom_classes", "layout",
                                                                  "tabbable", "tooltip", "_anywidget_id")}
     binary = {k: base64.b64encode(v).decode() for k, v in state.items() if isinstance(v, bytes)}
     plain = {k: v for k, v in state.items() if not isinstance(v, bytes)}
-    script = (pathlib.Path(w._esm_path).read_text().replace("export default { render };", ""))
-    title = html.escape(w.title or type(w).__name__)
-    state_json = json.dumps(plain).replace("</", "<\\/")  # a token "</script>" cannot end the block
-    page = f"""<!doctype html>
+    return {"state": plain, "binary": binary, "title": w.title or type(w).__name__}
+
+
+def export_page(payload: dict) -> str:
+    """One self-contained HTML page (script, styles and data inline; no network) from :func:`export_state`."""
+    from .widgets import _AttentionWidget
+
+    script = pathlib.Path(_AttentionWidget._esm_path).read_text().replace("export default { render };", "")
+    title = html.escape(payload["title"])
+    state_json = json.dumps(payload["state"]).replace("</", "<\\/")  # a token "</script>" cannot end the block
+    return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:">
-<style>{pathlib.Path(w._css_path).read_text()}</style></head>
+<style>{pathlib.Path(_AttentionWidget._css_path).read_text()}</style></head>
 <body style="font-family:sans-serif">
 <div id="attnlib-export"></div>
 <script id="attnlib-state" type="application/json">{state_json}</script>
-<script id="attnlib-binary" type="application/json">{json.dumps(binary)}</script>
+<script id="attnlib-binary" type="application/json">{json.dumps(payload["binary"])}</script>
 <script>
 {script}
 (() => {{
@@ -207,5 +215,14 @@ def export_html(w: "_AttentionWidget", path: str | pathlib.Path) -> pathlib.Path
 }})();
 </script></body></html>
 """
-    path.write_text(page, encoding="utf-8")
+
+
+def export_html(w: "_AttentionWidget", path: str | pathlib.Path) -> pathlib.Path:
+    """Write ``w`` as one self-contained HTML page (works from file://, no network); return the path."""
+    path = pathlib.Path(path)
+    if path.suffix.lower() not in (".html", ".htm"):
+        raise ValueError(f"path must end in .html or .htm, got {str(path)!r}")
+    if not path.parent.exists():
+        raise ValueError(f"the folder of path does not exist: {str(path.parent)!r}")
+    path.write_text(export_page(export_state(w)), encoding="utf-8")
     return path

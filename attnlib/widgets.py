@@ -76,6 +76,11 @@ def _to_numpy(x: Any, name: str) -> np.ndarray:
         raise ValueError(f"{name} must be a torch.Tensor or a NumPy array of numbers, got {type(x).__name__}") from err
 
 
+# The mime type under which every widget output also carries its kernel-free export (see
+# widget_render.export_state); Jupyter and GitHub ignore it, the static site renders it live.
+EXPORT_MIME = "application/vnd.attnlib.widget+json"
+
+
 class _OutOfRange(ValueError, traitlets.TraitError):
     """A bad ``selected``/``layer``/``head``: a ValueError that traitlets also rolls back."""
 
@@ -320,12 +325,14 @@ class _AttentionWidget(anywidget.AnyWidget):
         bundle = super()._repr_mimebundle_(**kwargs)
         if bundle is None:
             return None
-        from .widget_render import static_html, static_png
+        from .widget_render import PAYLOAD_MAX_BYTES, export_state, static_html, static_png
 
         data, metadata = bundle
         png = static_png(self)
         data["image/png"] = png
         data["text/html"] = static_html(self, png, self._current()[1])
+        if len(self._weights) <= PAYLOAD_MAX_BYTES:  # for the static site (tools/build_site.py): a live page
+            data[EXPORT_MIME] = export_state(self)
         return data, metadata
 
 

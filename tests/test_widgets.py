@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import re
 
 import matplotlib.image
@@ -415,6 +416,21 @@ def test_to_html_writes_one_self_contained_page(explorer, tmp_path):
         explorer.to_html(tmp_path / "explorer.png")
     with pytest.raises(ValueError, match="the folder of path does not exist"):
         explorer.to_html(tmp_path / "missing" / "explorer.html")
+
+
+
+def test_every_output_carries_its_export_and_it_makes_the_same_page(explorer, tmp_path):
+    from attnlib.widget_render import PAYLOAD_MAX_BYTES, export_page
+    from attnlib.widgets import EXPORT_MIME
+
+    data, _ = explorer._repr_mimebundle_()
+    payload = json.loads(json.dumps(data[EXPORT_MIME]))  # survives a notebook's JSON round trip
+    assert export_page(payload) == explorer.to_html(tmp_path / "e.html").read_text()
+    big = AttentionExplorer(np.full((1, 1, 1100, 1000), 1 / 1000, dtype=np.float32), [str(i) for i in range(1100)],
+                            [str(i) for i in range(1000)])
+    assert len(big._weights) > PAYLOAD_MAX_BYTES
+    data, _ = big._repr_mimebundle_()
+    assert EXPORT_MIME not in data and "image/png" in data  # too big to store twice: the picture only
 
 
 # ---- compare ----------------------------------------------------------------------------------
