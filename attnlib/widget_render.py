@@ -172,10 +172,15 @@ PAYLOAD_MAX_BYTES = 4_000_000
 
 def export_state(w: "_AttentionWidget") -> dict:
     """Everything a kernel-free page needs to draw ``w``: ``{"state": plain traits, "binary": {name:
-    base64}, "title": str}``. JSON-ready; :func:`export_page` turns it into HTML."""
+    base64}, "title": str}``. JSON-ready; :func:`export_page` turns it into HTML.
+
+    A big explorer (maps sent on demand in a notebook) exports every map quantised to 8 bits
+    (``_weights_u8``; its readout then marks values with "≈") plus the exact map on display."""
     state = {name: getattr(w, name) for name in w.trait_names(sync=True) if not name.startswith("_model")
              and not name.startswith("_view") and name not in ("_esm", "_css", "_dom_classes", "layout",
                                                                  "tabbable", "tooltip", "_anywidget_id")}
+    if w._lazy:  # no kernel to send maps on demand: every map in 8 bits (the one on display stays exact)
+        state["_weights_u8"] = w._quantised()
     binary = {k: base64.b64encode(v).decode() for k, v in state.items() if isinstance(v, bytes)}
     plain = {k: v for k, v in state.items() if not isinstance(v, bytes)}
     return {"state": plain, "binary": binary, "title": w.title or type(w).__name__}

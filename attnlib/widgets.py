@@ -63,6 +63,9 @@ __all__ = ["AttentionHeatmap", "AttentionExplorer"]
 _STATIC = pathlib.Path(__file__).parent / "static"
 FILL_BELOW = -1e4  # raw scores at or below this are masked fills (e.g. -1e9), not scores
 SCALES = ("layer", "map", "model")
+VIEWS = ("map", "lines")  # the matrix; or bertviz-style lines between a query column and a key column
+LINES_MAX_TOKENS = 64  # the lines view draws Lq x Lk lines: refused above this many tokens on either side
+EAGER_MAX_BYTES = 16_000_000  # an explorer whose float32 maps exceed this sends them on demand (see _lazy)
 ROW_SUM_TOL = 1e-3  # |row sum - 1| allowed for softmax weights (half precision: its epsilon, if larger)
 
 
@@ -179,6 +182,19 @@ def _mask_array(mask: Any, shape: tuple[int, ...]) -> np.ndarray:
     return np.broadcast_to(m, shape)
 
 
+def _thumbnails(full: np.ndarray, side: int = 56) -> np.ndarray:
+    """``(layers, heads, min(side, Lq), min(side, Lk))`` float32: each pixel the value of largest magnitude in its
+    block of cells (peaks never vanish), NaN where the whole block is masked; the blocks the page uses."""
+    Lq, Lk = full.shape[2:]
+    rows = np.arange(min(side, Lq)) * Lq // min(side, Lq)  # block starts, as Math.floor(y * Lq / th) in the page
+    cols = np.arange(min(side, Lk)) * Lk // min(side, Lk)
+    hi = np.maximum.reduceat(np.maximum.reduceat(np.nan_to_num(full, nan=-np.inf), rows, axis=2), cols, axis=3)
+    lo = np.minimum.reduceat(np.minimum.reduceat(np.nan_to_num(full, nan=np.inf), rows, axis=2), cols, axis=3)
+    with np.errstate(invalid="ignore"):
+        out = np.where(np.abs(hi) >= np.abs(lo), hi, lo)
+    return np.where(np.isinf(hi) & np.isinf(lo), np.nan, out).astype("<f4")
+
+
 class _AttentionWidget(anywidget.AnyWidget):
     """Shared traits, checks and reprs of the two widgets (the JS side is one module)."""
 
@@ -203,6 +219,14 @@ class _AttentionWidget(anywidget.AnyWidget):
     vmax = traitlets.Float(None, allow_none=True).tag(sync=True)
     selected = traitlets.Int(None, allow_none=True).tag(sync=True)  # pinned query index or None
     selected_key = traitlets.Int(None, allow_none=True).tag(sync=True)  # pinned key index or None
+    view = traitlets.Unicode("map").tag(sync=True)  # "map" | "lines" (at most LINES_MAX_TOKENS a side)
+    # Big explorers (more than EAGER_MAX_BYTES of float32): _weights and _mask stay empty; the page gets
+    # _thumbs (max-|value| blocks of every map for the grid) and the exact map on display as _exact
+    # (float32, NaN = masked) for map _exact_at = [layer, head], re-sent whenever layer or head changes.
+    _lazy = traitlets.Bool(False).tag(sync=True)
+    _thumbs = traitlets.Bytes(b"").tag(sync=True)  # float32 (layers, heads, min(56, Lq), min(56, Lk))
+    _exact = traitlets.Bytes(b"").tag(sync=True)
+    _exact_at = traitlets.List(traitlets.Int(), [0, 0]).tag(sync=True)
 
     def _setup(self, w: np.ndarray, query_tokens: Any, key_tokens: Any, raw_scores: bool, cmap: str | None,
                tol: float, mask: Any, scale: Any) -> dict:
@@ -235,22 +259,43 @@ class _AttentionWidget(anywidget.AnyWidget):
             cmap = "RdBu_r" if raw_scores else "viridis"
         self._palette_lut = _colormap_lut(cmap)
         scale_name, vmin, vmax = _parse_scale(scale)
-        return dict(_weights=w.astype("<f4").tobytes(), _shape=list(w.shape), _palette=self._palette_lut.tobytes(),
-                    _mask=b"" if allowed.all() else allowed.astype(np.uint8).tobytes(),
+        lazy = self._kind == "explorer" and w.size * 4 > EAGER_MAX_BYTES
+        self._full = np.where(allowed, w, np.nan).astype("<f4") if lazy else None  # (layers, heads, Lq, Lk), NaN = masked
+        self._full_raw = w.astype("<f4") if lazy else None
+        extra = dict(_lazy=True, _thumbs=_thumbnails(self._full).tobytes(),
+                     _exact=self._full[0, 0].tobytes(), _exact_at=[0, 0]) if lazy else {}
+        return dict(_weights=b"" if lazy else w.astype("<f4").tobytes(), _shape=list(w.shape),
+                    _palette=self._palette_lut.tobytes(), **extra,
+                    _mask=b"" if allowed.all() or lazy else allowed.astype(np.uint8).tobytes(),
                     _map_lo=lo.tolist(), _map_hi=hi.tolist(), _mask_rgb=_mask_colour(self._palette_lut),
                     _query_tokens=q, _key_tokens=k, raw_scores=bool(raw_scores), scale=scale_name, vmin=vmin, vmax=vmax)
 
     @property
     def weights(self) -> np.ndarray:
-        """The float32 weights as sent to the browser: ``(Lq, Lk)`` or ``(layers, heads, Lq, Lk)``."""
-        w = np.frombuffer(self._weights, dtype="<f4").reshape(self._shape)
+        """The float32 weights the browser shows: ``(Lq, Lk)`` or ``(layers, heads, Lq, Lk)``."""
+        w = self._full_raw if self._lazy else np.frombuffer(self._weights, dtype="<f4").reshape(self._shape)
         return w[0, 0] if self._kind == "heatmap" else w
 
     @property
     def mask(self) -> np.ndarray:
         """Which cells are drawn as values (True) rather than as masked, shaped like ``weights``."""
-        m = np.ones(self._shape, bool) if not self._mask else np.frombuffer(self._mask, np.uint8).reshape(self._shape) > 0
+        if self._lazy:
+            m = ~np.isnan(self._full)
+        else:
+            m = np.ones(self._shape, bool) if not self._mask else np.frombuffer(self._mask, np.uint8).reshape(self._shape) > 0
         return m[0, 0] if self._kind == "heatmap" else m
+
+    def _quantised(self) -> bytes:
+        """Every map in 8 bits for a kernel-free page: 0..254 from the map's smallest to largest value, 255 = masked."""
+        L, H = self._shape[:2]
+        lo = np.asarray(self._map_lo, np.float32).reshape(L, H, 1, 1)
+        span = np.maximum(np.asarray(self._map_hi, np.float32).reshape(L, H, 1, 1) - lo, np.float32(1e-30))
+        q = np.round((np.nan_to_num(self._full) - lo) / span * 254)
+        return np.where(np.isnan(self._full), 255, np.clip(q, 0, 254)).astype(np.uint8).tobytes()
+
+    def _export_nbytes(self) -> int:
+        """Bytes of map data an export of this widget carries (float32, or 8 bits a cell when lazy)."""
+        return int(np.prod(self._shape)) if self._lazy else len(self._weights)
 
     @property
     def query_tokens(self) -> list[str]:
@@ -274,6 +319,8 @@ class _AttentionWidget(anywidget.AnyWidget):
 
     def _display_array(self) -> np.ndarray:
         """``(layers, heads, Lq, Lk)`` float64 with NaN where a cell is masked."""
+        if self._lazy:
+            return self._full.astype(np.float64)
         w = np.frombuffer(self._weights, dtype="<f4").reshape(self._shape).astype(np.float64)
         if self._mask:
             w[np.frombuffer(self._mask, np.uint8).reshape(self._shape) == 0] = np.nan
@@ -292,6 +339,17 @@ class _AttentionWidget(anywidget.AnyWidget):
         if j is not None and not 0 <= j < self._shape[3]:
             raise _OutOfRange(f"selected_key must be None or a key index in [0, {self._shape[3] - 1}], got {j}")
         return j
+
+    @traitlets.validate("view")
+    def _check_view(self, proposal: dict) -> str:
+        v = proposal["value"]
+        if v not in VIEWS:
+            raise _OutOfRange(f"view must be one of {VIEWS}, got {v!r}")
+        Lq, Lk = self._shape[2:]
+        if v == "lines" and max(Lq, Lk) > LINES_MAX_TOKENS:
+            raise _OutOfRange(f"view='lines' draws a line per query-key pair and needs at most {LINES_MAX_TOKENS} "
+                              f"tokens a side, but the maps are {Lq} x {Lk} query x key tokens; use view='map'")
+        return v
 
     @traitlets.validate("scale")
     def _check_scale(self, proposal: dict) -> str:
@@ -331,7 +389,7 @@ class _AttentionWidget(anywidget.AnyWidget):
         png = static_png(self)
         data["image/png"] = png
         data["text/html"] = static_html(self, png, self._current()[1])
-        if len(self._weights) <= PAYLOAD_MAX_BYTES:  # for the static site (tools/build_site.py): a live page
+        if self._export_nbytes() <= PAYLOAD_MAX_BYTES:  # for the static site (tools/build_site.py): a live page
             data[EXPORT_MIME] = export_state(self)
         return data, metadata
 
@@ -359,7 +417,8 @@ class AttentionHeatmap(_AttentionWidget):
     def __init__(self, weights: torch.Tensor | np.ndarray, query_tokens: Sequence[str],
                  key_tokens: Sequence[str] | None = None, title: str = "", raw_scores: bool = False,
                  cmap: str | None = None, selected: int | None = None, mask: Any = None,
-                 scale: str | tuple[float, float] = "layer", selected_key: int | None = None, **kwargs: Any) -> None:
+                 scale: str | tuple[float, float] = "layer", selected_key: int | None = None, view: str = "map",
+                 **kwargs: Any) -> None:
         w = _to_numpy(weights, "weights")
         if w.ndim != 2:
             hint = "; pick one map, e.g. weights[layer, head] or weights[0, head]" if w.ndim > 2 else ""
@@ -367,7 +426,7 @@ class AttentionHeatmap(_AttentionWidget):
                              + ("; AttentionExplorer shows every head" if w.ndim > 2 else ""))
         traits = self._setup(w[None, None], query_tokens, key_tokens, raw_scores, cmap, _row_tolerance(weights),
                              mask, scale)
-        super().__init__(**traits, title=title, selected=selected, selected_key=selected_key, **kwargs)
+        super().__init__(**traits, title=title, selected=selected, selected_key=selected_key, view=view, **kwargs)
 
     def _current(self) -> tuple[np.ndarray, str]:
         Lq, Lk = self._shape[2:]
@@ -402,7 +461,7 @@ class AttentionExplorer(_AttentionWidget):
                  key_tokens: Sequence[str] | None = None, layer_names: Sequence[str] | None = None, title: str = "",
                  raw_scores: bool = False, cmap: str | None = None, layer: int = 0, head: int = 0,
                  selected: int | None = None, mask: Any = None, scale: str | tuple[float, float] = "layer",
-                 selected_key: int | None = None, **kwargs: Any) -> None:
+                 selected_key: int | None = None, view: str = "map", **kwargs: Any) -> None:
         if isinstance(weights, (list, tuple)):
             per_layer = [_to_numpy(x, f"weights[{i}]") for i, x in enumerate(weights)]
             if not per_layer:
@@ -428,7 +487,7 @@ class AttentionExplorer(_AttentionWidget):
         tol = _row_tolerance(weights[0] if isinstance(weights, (list, tuple)) else weights)
         traits = self._setup(w, query_tokens, key_tokens, raw_scores, cmap, tol, mask, scale)
         super().__init__(**traits, _layer_names=names, title=title, layer=layer, head=head, selected=selected,
-                         selected_key=selected_key, **kwargs)
+                         selected_key=selected_key, view=view, **kwargs)
 
     @traitlets.validate("layer", "head")
     def _check_layer_head(self, proposal: dict) -> int:
@@ -437,6 +496,14 @@ class AttentionExplorer(_AttentionWidget):
         if not 0 <= value < n:
             raise _OutOfRange(f"{name} must be in [0, {n - 1}] (weights has shape {tuple(self._shape)}), got {value}")
         return value
+
+    @traitlets.observe("layer", "head")
+    def _send_current(self, change: dict) -> None:
+        """Big explorer: send the exact map now on display (the page asked for it by setting layer/head)."""
+        if self._lazy and [self.layer, self.head] != list(self._exact_at):
+            with self.hold_sync():
+                self._exact = self._full[self.layer, self.head].tobytes()
+                self._exact_at = [self.layer, self.head]
 
     def _current(self) -> tuple[np.ndarray, str]:
         Lq, Lk = self._shape[2:]

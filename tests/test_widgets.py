@@ -461,3 +461,67 @@ def test_compare_bad_input(kwargs, match):
     args = dict(a=maps(2, 3, 11, 11), b=maps(2, 3, 11, 11, seed=1), query_tokens=TOKENS) | kwargs
     with pytest.raises(ValueError, match=match):
         compare(**args)
+
+
+# ---- view, and big explorers sent on demand -----------------------------------------------------
+
+def test_view_is_synced_and_checked(explorer):
+    from attnlib.widgets import LINES_MAX_TOKENS
+
+    seen = []
+    explorer.observe(lambda c: seen.append(c["new"]), names="view")
+    assert explorer.view == "map"
+    explorer.view = "lines"
+    explorer.set_state({"view": "map"})  # what the view menu in the page sends over the comm
+    assert seen == ["lines", "map"]
+    with pytest.raises(ValueError, match=r"view must be one of \('map', 'lines'\), got 'grid'"):
+        explorer.view = "grid"
+    assert explorer.view == "map"
+    assert AttentionHeatmap(maps(11, 11), TOKENS, view="lines").view == "lines"
+    n = LINES_MAX_TOKENS + 1
+    with pytest.raises(ValueError, match=rf"at most {LINES_MAX_TOKENS} tokens a side, but the maps are {n} x {n}"):
+        AttentionHeatmap(maps(n, n), [str(i) for i in range(n)], view="lines")
+
+
+def big_explorer(n: int = 300, seed: int = 0, **kwargs) -> AttentionExplorer:
+    """6 x 12 x n x n float32 maps: above EAGER_MAX_BYTES for n = 300 (26 MB)."""
+    return AttentionExplorer(maps(6, 12, n, n, seed=seed), [f"t{i}" for i in range(n)], **kwargs)
+
+
+def test_a_big_explorer_sends_the_map_on_display_and_thumbnails_only():
+    from attnlib.widget_render import PAYLOAD_MAX_BYTES, export_state
+    from attnlib.widgets import EAGER_MAX_BYTES, EXPORT_MIME
+
+    w = maps(6, 12, 300, 300, seed=1)
+    ex = AttentionExplorer(w, [f"t{i}" for i in range(300)], layer=2, head=5)
+    assert w.numel() * 4 > EAGER_MAX_BYTES and ex._lazy and ex._weights == b"" and ex._mask == b""
+    np.testing.assert_array_equal(np.frombuffer(ex._exact, "<f4"), w[2, 5].numpy().ravel())  # exact, on display
+    assert ex._exact_at == [2, 5]
+    ex.set_state({"head": 7})  # the page switches head: the kernel answers with that map
+    assert ex._exact_at == [2, 7]
+    np.testing.assert_array_equal(np.frombuffer(ex._exact, "<f4"), w[2, 7].numpy().ravel())
+    sent = len(ex._exact) + len(ex._thumbs)
+    assert sent < w.numel() * 4 / 20, sent
+    thumbs = np.frombuffer(ex._thumbs, "<f4").reshape(6, 12, 56, 56)
+    block = w[4, 3, 0:5, 5:10].numpy()  # thumbnail pixel (0, 1): rows 0..4, columns 5..9 (300 * 1 // 56 = 5)
+    assert thumbs[4, 3, 0, 1] == block.max()
+    np.testing.assert_array_equal(ex.weights, w.numpy())  # Python still has every exact value
+    state = export_state(ex)  # no kernel: every map in 8 bits, the one on display exact
+    q = np.frombuffer(base64.b64decode(state["binary"]["_weights_u8"]), np.uint8).reshape(6, 12, 300, 300)
+    lo, hi = ex._map_lo[4 * 12 + 3], ex._map_hi[4 * 12 + 3]
+    np.testing.assert_allclose(lo + q[4, 3] * (hi - lo) / 254, w[4, 3].numpy(), atol=(hi - lo) / 508 + 1e-7)
+    assert ex._export_nbytes() > PAYLOAD_MAX_BYTES
+    assert EXPORT_MIME not in ex._repr_mimebundle_()[0]  # 6.5 MB of 8-bit maps: the picture only
+
+
+def test_a_big_explorer_keeps_its_mask_as_nan():
+    n = 300
+    allowed = torch.ones(n, n, dtype=torch.bool).tril()
+    w = torch.softmax(torch.randn(6, 12, n, n, generator=torch.Generator().manual_seed(2)).masked_fill(~allowed, -1e9), -1)
+    ex = AttentionExplorer(w, [f"t{i}" for i in range(n)], mask=allowed)
+    assert ex._lazy and ex._mask == b""
+    exact = np.frombuffer(ex._exact, "<f4").reshape(n, n)
+    assert np.isnan(exact[0, 1]) and not np.isnan(exact[1, 0])
+    np.testing.assert_array_equal(ex.mask[0, 0], allowed.numpy())
+    thumbs = np.frombuffer(ex._thumbs, "<f4").reshape(6, 12, 56, 56)
+    assert np.isnan(thumbs[0, 0, 0, 55]) and not np.isnan(thumbs[0, 0, 55, 0])  # a block above the diagonal: all masked

@@ -12,12 +12,19 @@
 //   _palette      256 x RGB bytes (the colormap); _mask_rgb: the colour of masked cells
 //   _query_tokens, _key_tokens, _layer_names, _kind ("heatmap" | "explorer"), title, raw_scores
 //   synced: selected (query index | null), selected_key (key index | null),
-//           scale ("layer" | "map" | "model" | "fixed"), vmin, vmax; explorer: layer, head
+//           scale ("layer" | "map" | "model" | "fixed"), vmin, vmax, view ("map" | "lines");
+//           explorer: layer, head
+//   big explorers (_lazy): _weights and _mask are empty; _thumbs (float32 grid thumbnails, NaN = masked)
+//           and _exact (float32 map _exact_at = [layer, head], NaN = masked) sent by the kernel when layer
+//           or head changes. A kernel-free page of one also has _weights_u8 (every map, 8 bits: 0..254
+//           from the map's _map_lo to _map_hi, 255 = masked).
 
 const MAX_SIDE = 512; // CSS px of the longer side; up to 512 tokens a cell is >= 1 px (more: shrunk, point via the token strips)
 const LABEL_MIN_CELL = 9; // draw token labels beside the map when cells are at least this big
 const THUMB = 56; // CSS px of a grid thumbnail
 const BAR_W = 180, BAR_H = 10; // colour bar
+const LINES_MAX = 64; // the lines view (one line per query-key pair) is offered up to this many tokens a side
+const ROW_H = 18, LINES_W = 180; // lines view: px per token row, px between the two columns
 
 function h(tag, attrs = {}, text = "") {
   const node = document.createElement(tag);
@@ -64,8 +71,28 @@ function render({ model, el }) {
   const selCol = () => model.get("selected_key") ?? null;
   const view = { hover: null, hoverCol: null, qShaded: false, lastA: null, lastSel: null, lastSelK: null }; // local, never synced: no kernel round trip
   const mapStart = (l, hd) => (l * nH + hd) * Lq * Lk;
-  const weight = (i, j) => data[mapStart(layer(), head()) + i * Lk + j];
-  const isMasked = (i, j) => masked(mapStart(layer(), head()) + i * Lk + j);
+  const lazy = !!model.get("_lazy"); // big explorer: only the map on display is here, exact, sent by the kernel
+  const q8 = bytesOf(model.get("_weights_u8")); // kernel-free page of a big explorer: every map in 8 bits
+  const thumbData = lazy ? floatsOf(model.get("_thumbs")) : null;
+  const exact = new Map(), approx = new Set(); // lazy: "l:h" -> Float32Array(Lq * Lk), NaN = masked
+  function valsOf(l, hd) { // one map's values, or null while the kernel is still sending it
+    if (!lazy) return data.subarray(mapStart(l, hd), mapStart(l, hd) + Lq * Lk);
+    const key = l + ":" + hd;
+    if (!exact.has(key) && q8.length) {
+      const m = l * nH + hd, lo = mapLo[m], span = (mapHi[m] - lo) / 254, v = new Float32Array(Lq * Lk);
+      for (let p = 0, s = m * Lq * Lk; p < Lq * Lk; p++) { const q = q8[s + p]; v[p] = q === 255 ? NaN : lo + q * span; }
+      exact.set(key, v); approx.add(key);
+    }
+    return exact.get(key) || null;
+  }
+  function takeExact() { // the kernel sent the exact map _exact_at
+    const [l, hd] = model.get("_exact_at"), key = l + ":" + hd;
+    exact.set(key, new Float32Array(floatsOf(model.get("_exact")))); approx.delete(key); images.delete(key);
+  }
+  const isMaskedAt = (l, hd, vals, p) => (lazy ? Number.isNaN(vals[p]) : masked(mapStart(l, hd) + p));
+  let cur = null; // the values of the map on display (null: not here yet)
+  const weight = (i, j) => cur[i * Lk + j];
+  const isMasked = (i, j) => isMaskedAt(layer(), head(), cur, i * Lk + j);
   const lname = (l) => layerNames[l] || "layer " + l;
 
   // ---- colour: the range of a map on the current scale (the same rule as _range in Python) ----
@@ -99,12 +126,14 @@ function render({ model, el }) {
       c.width = Lk; c.height = Lq;
       const cx = c.getContext("2d");
       const img = cx.createImageData(Lk, Lq);
-      const px = img.data, s = mapStart(l, hd), r = rangeOf(l, hd);
+      const vals = valsOf(l, hd);
+      if (vals === null) return null;
+      const px = img.data, r = rangeOf(l, hd);
       for (let p = 0; p < Lq * Lk; p++) {
-        if (masked(s + p)) {
+        if (isMaskedAt(l, hd, vals, p)) {
           px[4 * p] = maskRGB[0]; px[4 * p + 1] = maskRGB[1]; px[4 * p + 2] = maskRGB[2];
         } else {
-          const k = colourIndex(data[s + p], r);
+          const k = colourIndex(vals[p], r);
           px[4 * p] = pal[3 * k]; px[4 * p + 1] = pal[3 * k + 1]; px[4 * p + 2] = pal[3 * k + 2];
         }
         px[4 * p + 3] = 255;
@@ -124,16 +153,19 @@ function render({ model, el }) {
       const c = document.createElement("canvas");
       c.width = tw; c.height = th;
       const cx = c.getContext("2d"), img = cx.createImageData(tw, th), px = img.data;
-      const s = mapStart(l, hd), r = rangeOf(l, hd);
+      const r = rangeOf(l, hd), vals = lazy ? null : valsOf(l, hd), t0 = (l * nH + hd) * th * tw;
       for (let y = 0; y < th; y++) {
         const i0 = Math.floor((y * Lq) / th), i1 = Math.max(i0 + 1, Math.floor(((y + 1) * Lq) / th));
         for (let x = 0; x < tw; x++) {
           const j0 = Math.floor((x * Lk) / tw), j1 = Math.max(j0 + 1, Math.floor(((x + 1) * Lk) / tw));
           let best = NaN;
-          for (let i = i0; i < i1; i++) {
-            for (let j = j0; j < j1; j++) {
-              const p = s + i * Lk + j;
-              if (!masked(p) && !(Math.abs(data[p]) <= Math.abs(best))) best = data[p];
+          if (lazy) best = thumbData[t0 + y * tw + x]; // the kernel computed the same blocks
+          else {
+            for (let i = i0; i < i1; i++) {
+              for (let j = j0; j < j1; j++) {
+                const p = i * Lk + j;
+                if (!isMaskedAt(l, hd, vals, p) && !(Math.abs(vals[p]) <= Math.abs(best))) best = vals[p];
+              }
             }
           }
           const q = 4 * (y * tw + x);
@@ -195,6 +227,13 @@ function render({ model, el }) {
     }
   }
   controls.append(labelled("colour scale", scaleSel));
+  const linesOK = Math.max(Lq, Lk) <= LINES_MAX;
+  const viewSel = h("select", { "data-testid": "view-select", "aria-label": "view" });
+  viewSel.append(h("option", { value: "map" }, "matrix"));
+  const linesOpt = h("option", { value: "lines" }, linesOK ? "lines" : `lines (at most ${LINES_MAX} tokens)`);
+  linesOpt.disabled = !linesOK;
+  viewSel.append(linesOpt);
+  controls.append(labelled("view", viewSel));
   root.append(controls);
 
   root.append(h("div", { class: "attnlib-caption" }, "queries (rows): hover to see where each looks; click to pin"));
@@ -245,13 +284,34 @@ function render({ model, el }) {
   const barBox = h("div", {}); barBox.append(barCanvas, barTicks);
   bar.append(barBox, maskKey);
   const legend = h("div", { class: "attnlib-legend", "data-testid": "legend" });
+
+  // ---- the lines view (bertviz's head view): queries left, keys right, one line per pair ----
+  const linesBox = h("div", { class: "attnlib-lines", "data-testid": "lines-view" });
+  const lqCol = h("div", { class: "attnlib-lcol attnlib-lq", "data-testid": "lines-queries" });
+  const lkCol = h("div", { class: "attnlib-lcol", "data-testid": "lines-keys" });
+  const lcanvas = h("canvas", { class: "attnlib-lcanvas", "data-testid": "lines-canvas", role: "img",
+    "aria-label": "attention as lines from queries (left) to keys (right)" });
+  const LH = Math.max(Lq, Lk) * ROW_H;
+  if (linesOK) {
+    const tok = (t, cls, id, attr, i) => `<div class="attnlib-ltok ${cls}" data-testid="${id}-${i}" data-${attr}="${i}" `
+      + `role="button" aria-label="${cls === "attnlib-q" ? "query" : "key"} ${esc(t)}">${esc(t)}</div>`;
+    lqCol.innerHTML = qTok.map((t, i) => tok(t, "attnlib-q", "lines-query", "i", i)).join("");
+    lkCol.innerHTML = kTok.map((t, j) => tok(t, "attnlib-k", "lines-key", "j", j)).join("");
+    lcanvas.width = Math.ceil(LINES_W * dpr); lcanvas.height = Math.ceil(LH * dpr);
+    lcanvas.style.width = LINES_W + "px"; lcanvas.style.height = LH + "px";
+    lcanvas.getContext("2d").setTransform(dpr, 0, 0, dpr, 0, 0);
+    Object.assign(lcanvas.dataset, { rowH: String(ROW_H), width: String(LINES_W) }); // geometry, for tests
+  }
+  const lqChips = Array.from(lqCol.children), lkChips = Array.from(lkCol.children);
+  linesBox.append(lqCol, lcanvas, lkCol);
+  linesBox.hidden = true;
   if (explorer) {
     const body = h("div", { class: "attnlib-body" });
-    const side = h("div", {}); side.append(mapBox, bar, legend);
+    const side = h("div", {}); side.append(mapBox, linesBox, bar, legend);
     body.append(side, grid);
     root.append(body);
   } else {
-    root.append(mapBox, bar, legend);
+    root.append(mapBox, linesBox, bar, legend);
   }
   el.append(root);
 
@@ -266,11 +326,36 @@ function render({ model, el }) {
     bar.dataset.vmin = fmt(lo); bar.dataset.vmax = fmt(hi);
   }
 
+  const shownView = () => (model.get("view") === "lines" && linesOK ? "lines" : "map");
+  function drawLines() { // every line of the map on display; only the lit query's (or key's) when one is lit
+    if (shownView() !== "lines" || cur === null) return;
+    const c = lcanvas.getContext("2d");
+    c.clearRect(0, 0, LINES_W, LH);
+    const a = activeRow(), b = activeCol(), r = rangeOf(layer(), head()), lim = Math.max(Math.abs(r[0]), Math.abs(r[1]));
+    for (let i = 0; i < Lq; i++) {
+      if (a !== null && i !== a) continue;
+      for (let j = 0; j < Lk; j++) {
+        if (a === null && b !== null && j !== b) continue;
+        const p = i * Lk + j;
+        if (isMaskedAt(layer(), head(), cur, p)) continue;
+        const v = cur[p], t = raw ? Math.abs(v) / lim : Math.max(0, Math.min(1, (v - r[0]) / (r[1] - r[0])));
+        c.globalAlpha = a === null && b === null ? 0.6 * t : t;
+        c.strokeStyle = rgb(colourIndex(v, r)); c.lineWidth = 0.5 + 2.5 * t;
+        c.beginPath(); c.moveTo(0, (i + 0.5) * ROW_H); c.lineTo(LINES_W, (j + 0.5) * ROW_H); c.stroke();
+      }
+    }
+    c.globalAlpha = 1;
+  }
+
   function drawMap() {
     const l = layer(), hd = head();
     ctx.clearRect(0, 0, W, H);
     ctx.imageSmoothingEnabled = false;
-    ctx.drawImage(imageOf(l, hd), left, top, Lk * cell, Lq * cell);
+    const img = imageOf(l, hd);
+    if (img) ctx.drawImage(img, left, top, Lk * cell, Lq * cell);
+    else { ctx.imageSmoothingEnabled = true; ctx.drawImage(thumbOf(l, hd), left, top, Lk * cell, Lq * cell); } // until the exact map arrives
+    root.dataset.loading = img ? "" : "1";
+    root.dataset.exact = img && approx.has(l + ":" + hd) ? "0" : "1";
     if (labels) {
       ctx.font = font;
       ctx.fillStyle = getComputedStyle(root).color || "#888";
@@ -285,7 +370,10 @@ function render({ model, el }) {
     }
     drawBar();
     legend.textContent = (raw ? "raw scores, diverging around 0" : "attention weight") + ` \u00b7 ${scaleText()}`
-      + " \u00b7 rows = queries, columns = keys" + (explorer ? ` \u00b7 ${lname(l)}, head ${hd}` : "");
+      + (shownView() === "lines" ? " \u00b7 left = queries, right = keys, line colour and width = weight"
+        : " \u00b7 rows = queries, columns = keys") + (explorer ? ` \u00b7 ${lname(l)}, head ${hd}` : "")
+      + (img ? "" : " \u00b7 loading the exact map from the kernel\u2026")
+      + (img && approx.has(l + ":" + hd) ? " \u00b7 values \u2248 (8-bit copy; exact in the notebook)" : "");
     root.dataset.layer = String(l); root.dataset.head = String(hd); root.dataset.scale = model.get("scale");
   }
 
@@ -339,6 +427,12 @@ function render({ model, el }) {
     chipRange = rangeOf(layer(), head());
     Object.assign(root.dataset, { activeRow: a ?? "", hoverRow: view.hover ?? "", activeCol: b ?? "",
       selected: sel ?? "", selectedKey: selK ?? "" });
+    if (cur === null) { // a big explorer's map on its way from the kernel
+      octx.clearRect(0, 0, W, H); kChips.forEach(clear); qChips.forEach(clear); view.qShaded = false;
+      readout.textContent = `loading the exact map of ${lname(layer())}, head ${head()} from the kernel\u2026`;
+      if (explorer) drawThumbs();
+      return;
+    }
     octx.clearRect(0, 0, W, H);
     octx.fillStyle = "rgba(0,0,0,0.5)"; // dim what is not lit
     if (a !== null) {
@@ -400,6 +494,18 @@ function render({ model, el }) {
     } else {
       readout.textContent = "Hover a query (row) to see where it looks, or a key (column) to see who looks at it; click to pin.";
     }
+    if (root.dataset.exact === "0") readout.textContent += " (\u2248 8-bit copy)";
+    if (shownView() === "lines") {
+      lkChips.forEach((c, j) => {
+        if (a === null) clear(c); else shade(c, weight(a, j), isMasked(a, j), `${qTok[a]} \u2192 ${kTok[j]}`);
+        c.classList.toggle("is-hovered", j === b); c.classList.toggle("is-pinned", j === selK);
+      });
+      lqChips.forEach((c, i) => {
+        if (a === null && b !== null) shade(c, weight(i, b), isMasked(i, b), `${qTok[i]} \u2192 ${kTok[b]}`); else clear(c);
+        c.classList.toggle("is-active", i === a); c.classList.toggle("is-pinned", i === sel);
+      });
+      drawLines();
+    }
     if (explorer) drawThumbs();
   }
 
@@ -437,6 +543,13 @@ function render({ model, el }) {
     const [kind, i, j] = where(ev);
     if (kind === "key") toggleKey(j); else if (i !== null) togglePin(i);
   });
+  on(lqCol, "mouseover", (ev) => { const i = idx(ev, "i"); if (i !== null) setHover(i, null); });
+  on(lqCol, "mouseleave", () => setHover(null, null));
+  on(lqCol, "click", (ev) => { const i = idx(ev, "i"); if (i !== null) togglePin(i); });
+  on(lkCol, "mouseover", (ev) => { const j = idx(ev, "j"); if (j !== null) setHover(null, j); });
+  on(lkCol, "mouseleave", () => setHover(null, null));
+  on(lkCol, "click", (ev) => { const j = idx(ev, "j"); if (j !== null) toggleKey(j); });
+  on(viewSel, "change", () => save("view", viewSel.value));
   on(pin, "click", () => { model.set("selected", null); model.set("selected_key", null); model.save_changes(); });
   on(root, "keydown", (ev) => {
     const tag = ev.target.tagName;
@@ -483,16 +596,26 @@ function render({ model, el }) {
     images.clear(); thumbImages.clear(); marked = "";
     scaleSel.value = model.get("scale"); drawMap(); if (explorer) drawThumbBases(); update();
   };
-  const onLayerHead = () => { layerSel.value = String(layer()); headSel.value = String(head()); drawMap(); update(); };
+  const onLayerHead = () => {
+    layerSel.value = String(layer()); headSel.value = String(head()); cur = valsOf(layer(), head()); drawMap(); update();
+  };
+  const onExact = () => { takeExact(); if (cur === null) onLayerHead(); };
+  const onView = () => {
+    const v = shownView();
+    mapBox.hidden = v === "lines"; linesBox.hidden = v !== "lines"; viewSel.value = v; root.dataset.view = v;
+    drawMap(); update();
+  };
   const hooks = [["change:selected", onSelected], ["change:selected_key", onSelected], ["change:title", onTitle],
-    ["change:scale", onScale], ["change:vmin", onScale], ["change:vmax", onScale]];
+    ["change:scale", onScale], ["change:vmin", onScale], ["change:vmax", onScale], ["change:view", onView]];
   if (explorer) hooks.push(["change:layer", onLayerHead], ["change:head", onLayerHead]);
+  if (lazy) hooks.push(["change:_exact", onExact]);
   hooks.forEach(([ev, f]) => model.on(ev, f));
   scaleSel.value = model.get("scale");
   if (explorer) { layerSel.value = String(layer()); headSel.value = String(head()); }
-  drawMap();
+  if (lazy) takeExact();
+  cur = valsOf(layer(), head());
   if (explorer) drawThumbBases();
-  update();
+  onView(); // draws the map (or lines) and the readout
   root.dataset.renderMs = (performance.now() - t0).toFixed(1);
 
   return () => { // cleanup when the view is removed
