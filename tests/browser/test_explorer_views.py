@@ -182,3 +182,86 @@ def test_masked_cells_have_their_own_colour(page):
     page.hover("#m [data-testid=query-token-1]")
     assert attr(page, "#m [data-testid=key-token-4]", "data-weight") == "masked"
     assert attr(page, "#m [data-testid=key-token-0]", "data-weight") == f"{w[1, 0].item():.3f}"
+
+
+# ---- the view trait and the lines view -------------------------------------------------------------
+
+def lines_pixel(page, name: str, x: float, y: float) -> list[int]:
+    return pixel(page, name, "lines-canvas", x, y)
+
+
+def test_view_menu_and_trait_switch_between_matrix_and_lines(page):
+    w = softmax_maps(1, 2, 11, 11, seed=21)
+    ex = AttentionExplorer(w, TOKENS)
+    page.evaluate("(s) => mount('v', s)", widget_state(ex))
+    root = "#v [data-testid=attn-root]"
+    assert attr(page, root, "data-view") == "map" and not page.is_visible("#v [data-testid=lines-view]")
+    page.select_option("#v [data-testid=view-select]", "lines")  # the page's menu sets the synced trait
+    assert page.evaluate("models.v.get('view')") == "lines" and attr(page, root, "data-view") == "lines"
+    assert page.is_visible("#v [data-testid=lines-view]") and not page.is_visible("#v [data-testid=heatmap-canvas]")
+    page.evaluate("models.v.set('view', 'map')")  # as Python setting ex.view would
+    assert attr(page, root, "data-view") == "map" and page.input_value("#v [data-testid=view-select]") == "map"
+    long = AttentionHeatmap(softmax_maps(65, 65, seed=22), [f"t{i}" for i in range(65)])
+    page.evaluate("(s) => mount('long', s)", widget_state(long))
+    assert page.is_disabled("#long [data-testid=view-select] option[value=lines]")
+    assert "at most 64 tokens" in page.inner_text("#long [data-testid=view-select] option[value=lines]")
+    page.evaluate("models.long.set('view', 'lines')")  # a stale state: the page falls back to the matrix
+    assert attr(page, "#long [data-testid=attn-root]", "data-view") == "map"
+
+
+def test_lines_view_hover_and_pin_on_either_side(page):
+    w = torch.full((11, 11), 0.002)
+    w[IT, ANIMAL] = 1 - 0.002 * 10  # "it" looks at "animal"
+    w[:IT].fill_(1 / 11)
+    w[IT + 1:].fill_(1 / 11)
+    hm = AttentionHeatmap(w, TOKENS, view="lines")
+    top = np.frombuffer(hm._palette, np.uint8).reshape(256, 3)[255].tolist()
+    page.evaluate("(s) => mount('l', s)", widget_state(hm))
+    root = "#l [data-testid=attn-root]"
+    assert attr(page, root, "data-view") == "lines"
+    geo = page.evaluate("""() => { const c = document.querySelector('#l [data-testid=lines-canvas]');
+        return {w: +c.dataset.width, row: +c.dataset.rowH}; }""")
+    end = (geo["w"] - 2, (ANIMAL + 0.5) * geo["row"])  # where the it -> animal line meets the key column
+    page.hover(f"#l [data-testid=lines-query-{IT}]")
+    assert attr(page, root, "data-active-row") == str(IT)
+    assert page.inner_text("#l [data-testid=readout]") == f"it → animal: {w[IT, ANIMAL].item():.3f} (largest weight)"
+    assert lines_pixel(page, "l", *end)[:3] == top  # the strongest line: full colour at the top of the scale
+    assert attr(page, f"#l [data-testid=lines-key-{ANIMAL}]", "data-weight") == f"{w[IT, ANIMAL].item():.3f}"
+    page.click(f"#l [data-testid=lines-query-{IT}]")
+    assert page.evaluate("models.l.get('selected')") == IT
+    page.mouse.move(1, 1)
+    assert attr(page, root, "data-active-row") == str(IT)  # pinned: still lit
+    page.click(f"#l [data-testid=lines-query-{IT}]")  # unpin
+    page.hover(f"#l [data-testid=lines-key-{ANIMAL}]")  # a key: who attends here
+    assert attr(page, root, "data-active-col") == str(ANIMAL) and attr(page, root, "data-active-row") == ""
+    assert page.inner_text("#l [data-testid=readout]").startswith("who attends to animal: it → animal")
+    assert attr(page, f"#l [data-testid=lines-query-{IT}]", "data-weight") == f"{w[IT, ANIMAL].item():.3f}"
+    page.click(f"#l [data-testid=lines-key-{ANIMAL}]")
+    assert page.evaluate("models.l.get('selected_key')") == ANIMAL
+    page.mouse.move(1, 1)
+    far = lines_pixel(page, "l", geo["w"] - 2, (0 + 0.5) * geo["row"])  # a line to another key: not drawn now
+    assert far[3] == 0, far
+
+
+# ---- a big explorer: maps on demand ---------------------------------------------------------------
+
+def test_a_big_explorer_draws_thumbnails_then_the_exact_map_sent_on_demand(page):
+    n = 300
+    w = softmax_maps(6, 12, n, n, seed=23)
+    ex = AttentionExplorer(w, [f"t{i}" for i in range(n)])
+    assert ex._lazy
+    page.evaluate("(s) => mount('b', s)", widget_state(ex))
+    root = "#b [data-testid=attn-root]"
+    assert attr(page, root, "data-loading") == "" and attr(page, root, "data-exact") == "1"
+    page.hover("#b [data-testid=query-token-7]")
+    best = int(w[0, 0, 7].argmax())
+    assert page.inner_text("#b [data-testid=readout]") == f"t7 → t{best}: {w[0, 0, 7, best].item():.3f} (largest weight)"
+    page.click("#b [data-testid=thumb-3-4]")  # no kernel here: the thumbnail stands in, and says so
+    assert attr(page, root, "data-loading") == "1" and "loading the exact map" in page.inner_text("#b [data-testid=legend]")
+    ex.layer, ex.head = 3, 4  # what the kernel does when the page sets layer and head: it sends that map
+    sent = {k: v for k, v in widget_state(ex).items() if k in ("_exact", "_exact_at")}
+    page.evaluate("(s) => { models.b.set('_exact_at', s._exact_at); models.b.set('_exact', s._exact); }", sent)
+    assert attr(page, root, "data-loading") == ""
+    page.hover("#b [data-testid=query-token-9]")
+    best = int(w[3, 4, 9].argmax())
+    assert page.inner_text("#b [data-testid=readout]") == f"t9 → t{best}: {w[3, 4, 9, best].item():.3f} (largest weight)"
