@@ -84,3 +84,29 @@ def test_exported_heatmap_with_mask_works_offline(browser_context, tmp_path):
     finally:
         page.close()
     assert attempted == [] and errors == [], (attempted, errors)
+
+
+def test_exported_big_explorer_carries_every_map_in_8_bits(browser_context, tmp_path):
+    n = 300  # 6 x 12 x 300 x 300 float32 = 26 MB: sent on demand in a notebook, 8 bits a cell in the export
+    w = softmax_maps(6, 12, n, n, seed=24)
+    ex = AttentionExplorer(w, [f"t{i}" for i in range(n)], layer=1, head=2)
+    assert ex._lazy
+    page, attempted, errors = open_offline(browser_context, ex.to_html(tmp_path / "big.html"))
+    try:
+        root = page.locator("[data-testid=attn-root]")
+        assert root.get_attribute("data-exact") == "1"  # the map on display is exact
+        page.hover("[data-testid=query-token-5]")
+        best = int(w[1, 2, 5].argmax())
+        assert page.inner_text("[data-testid=readout]") == f"t5 → t{best}: {w[1, 2, 5, best].item():.3f} (largest weight)"
+        page.click("[data-testid=thumb-4-7]")  # another head: from the 8-bit copy, marked as such
+        assert root.get_attribute("data-loading") == "" and root.get_attribute("data-exact") == "0"
+        page.hover("[data-testid=query-token-5]")
+        text = page.inner_text("[data-testid=readout]")
+        best = int(w[4, 7, 5].argmax())
+        shown = float(text.split(": ")[1].split(" ")[0])
+        hi = ex._map_hi[4 * 12 + 7]
+        assert text.startswith(f"t5 → t{best}: ") and text.endswith("(≈ 8-bit copy)"), text
+        assert abs(shown - w[4, 7, 5, best].item()) <= hi / 508 + 0.0005, (shown, w[4, 7, 5, best].item())
+    finally:
+        page.close()
+    assert attempted == [] and errors == [], (attempted, errors)
