@@ -69,7 +69,7 @@ function render({ model, el }) {
   const head = () => (explorer ? model.get("head") : 0);
   const selRow = () => model.get("selected") ?? null;
   const selCol = () => model.get("selected_key") ?? null;
-  const view = { hover: null, hoverCol: null, qShaded: false, lastA: null, lastSel: null, lastSelK: null }; // local, never synced: no kernel round trip
+  const view = { hover: null, hoverCol: null, qShaded: false, kShaded: [], qShadedList: [], lastB: null, lastA: null, lastSel: null, lastSelK: null }; // local, never synced: no kernel round trip
   const mapStart = (l, hd) => (l * nH + hd) * Lq * Lk;
   const lazy = !!model.get("_lazy"); // big explorer: only the map on display is here, exact, sent by the kernel
   const q8 = bytesOf(model.get("_weights_u8")); // kernel-free page of a big explorer: every map in 8 bits
@@ -219,7 +219,8 @@ function render({ model, el }) {
         const b = h("button", { class: "attnlib-thumb", type: "button", "data-testid": `thumb-${l}-${hd}`,
           "data-layer": String(l), "data-head": String(hd), "aria-label": `open ${lname(l)}, head ${hd}` });
         const c = h("canvas", { width: String(THUMB), height: String(THUMB) });
-        const mark = h("canvas", { width: String(THUMB), height: String(THUMB), class: "attnlib-thumbmark" });
+        const mark = h("span", { class: "attnlib-thumbmark" }); // outlines placed by CSS variables of the grid
+        mark.innerHTML = '<i class="attnlib-r"></i><i class="attnlib-c"></i>';
         b.append(c, mark);
         grid.append(b);
         thumbs[l].push([c, mark]);
@@ -389,21 +390,24 @@ function render({ model, el }) {
       }
     }
   }
-  let marked = "";
-  function drawThumbs() { // cheap: only the outlines, on a small canvas above each thumbnail
-    const a = activeRow(), b = activeCol(), key = `${a}:${b}:${layer()}:${head()}`;
-    if (key === marked) return;
-    marked = key;
-    for (let l = 0; l < nL; l++) {
-      for (let hd = 0; hd < nH; hd++) {
-        const [c, mark] = thumbs[l][hd], t = mark.getContext("2d");
-        t.clearRect(0, 0, THUMB, THUMB);
-        t.strokeStyle = "#ff3030"; t.lineWidth = 1.5;
-        if (a !== null) t.strokeRect(0.75, (a / Lq) * THUMB, THUMB - 1.5, Math.max(2, THUMB / Lq));
-        if (b !== null) t.strokeRect((b / Lk) * THUMB, 0.75, Math.max(2, THUMB / Lk), THUMB - 1.5);
-        const current = l === layer() && hd === head();
-        c.parentElement.classList.toggle("is-current", current);
-        c.parentElement.setAttribute("aria-pressed", String(current));
+  let marked = "", current = "";
+  function drawThumbs() { // cheap: the outlines of every thumbnail follow four CSS variables of the grid
+    const a = activeRow(), b = activeCol(), key = `${a}:${b}`;
+    if (key !== marked) {
+      marked = key;
+      const g = grid.style;
+      g.setProperty("--attnlib-r-show", a === null ? "none" : "block");
+      if (a !== null) { g.setProperty("--attnlib-r-top", (a / Lq) * THUMB + "px"); g.setProperty("--attnlib-r-h", Math.max(2, THUMB / Lq) + "px"); }
+      g.setProperty("--attnlib-c-show", b === null ? "none" : "block");
+      if (b !== null) { g.setProperty("--attnlib-c-left", (b / Lk) * THUMB + "px"); g.setProperty("--attnlib-c-w", Math.max(2, THUMB / Lk) + "px"); }
+    }
+    if (current !== `${layer()}:${head()}`) {
+      current = `${layer()}:${head()}`;
+      for (let l = 0; l < nL; l++) {
+        for (let hd = 0; hd < nH; hd++) {
+          const btn = thumbs[l][hd][0].parentElement, now = l === layer() && hd === head();
+          btn.classList.toggle("is-current", now); btn.setAttribute("aria-pressed", String(now));
+        }
       }
     }
   }
@@ -420,6 +424,15 @@ function render({ model, el }) {
     chip.title = `${text}: ${fmt(v)}`; chip.dataset.weight = fmt(v);
   }
   const clear = (chip) => { chip.style.background = ""; chip.style.color = ""; chip.removeAttribute("title"); chip.removeAttribute("data-weight"); };
+  // Long strips scroll: only the chips in view (and a row either side) are shaded, re-shaded on scroll.
+  // Shading all 512 cost 10-15 ms a hover in Chromium, most of the hover budget.
+  const ALL_AT_MOST = 64;
+  function inView(strip, chips) { // indices of the chips of a strip worth shading now
+    if (chips.length <= ALL_AT_MOST || strip.clientHeight === 0) return chips.map((_, k) => k);
+    const base = chips[0].offsetTop, lo = strip.scrollTop - 24, hi = strip.scrollTop + strip.clientHeight + 24, out = [];
+    for (let k = 0; k < chips.length; k++) { const t = chips[k].offsetTop - base; if (t >= lo && t <= hi) out.push(k); }
+    return out;
+  }
   const cellText = (i, j) => (isMasked(i, j) ? "masked" : fmt(weight(i, j)));
 
   function update() { // cheap: overlay + chips + readout, no repaint of the map itself
@@ -428,7 +441,8 @@ function render({ model, el }) {
     Object.assign(root.dataset, { activeRow: a ?? "", hoverRow: view.hover ?? "", activeCol: b ?? "",
       selected: sel ?? "", selectedKey: selK ?? "" });
     if (cur === null) { // a big explorer's map on its way from the kernel
-      octx.clearRect(0, 0, W, H); kChips.forEach(clear); qChips.forEach(clear); view.qShaded = false;
+      octx.clearRect(0, 0, W, H); view.kShaded.forEach((j) => clear(kChips[j])); view.qShadedList.forEach((i) => clear(qChips[i]));
+      view.kShaded = []; view.qShadedList = []; view.qShaded = false;
       readout.textContent = `loading the exact map of ${lname(layer())}, head ${head()} from the kernel\u2026`;
       if (explorer) drawThumbs();
       return;
@@ -449,10 +463,12 @@ function render({ model, el }) {
       if (a !== null) octx.strokeRect(left + b * cell - 1, top + a * cell - 1, cell + 2, cell + 2);
       else octx.strokeRect(left + b * cell - 1, top - 1, cell + 2, Lq * cell + 2);
     }
-    kChips.forEach((c, j) => {
-      if (a === null) clear(c); else shade(c, weight(a, j), isMasked(a, j), `${qTok[a]} \u2192 ${kTok[j]}`);
-      c.classList.toggle("is-hovered", j === b);
-    });
+    const kList = a === null ? view.kShaded : inView(kStrip, kChips), kSet = new Set(kList);
+    for (const j of view.kShaded) if (!kSet.has(j) || a === null) clear(kChips[j]);
+    if (a !== null) for (const j of kList) shade(kChips[j], weight(a, j), isMasked(a, j), `${qTok[a]} \u2192 ${kTok[j]}`);
+    view.kShaded = a === null ? [] : kList;
+    for (const j of [view.lastB, b]) if (j !== null && j !== undefined) kChips[j].classList.toggle("is-hovered", j === b);
+    view.lastB = b;
     if (selK !== view.lastSelK) { // pinned state: touched only when the pin changes
       for (const j of [view.lastSelK, selK]) {
         if (j === null || j === undefined) continue;
@@ -461,10 +477,10 @@ function render({ model, el }) {
       view.lastSelK = selK;
     }
     const qShade = a === null && b !== null; // query chips carry a column only when no row is lit
-    if (qShade || view.qShaded) qChips.forEach((c, i) => {
-      if (qShade) shade(c, weight(i, b), isMasked(i, b), `${qTok[i]} \u2192 ${kTok[b]}`);
-      else if (view.qShaded) clear(c); // untouched chips are left alone: 512 style writes per hover add up
-    });
+    const qList = qShade ? inView(qStrip, qChips) : [], qSet = new Set(qList);
+    for (const i of view.qShadedList) if (!qSet.has(i)) clear(qChips[i]); // untouched chips are left alone
+    for (const i of qList) shade(qChips[i], weight(i, b), isMasked(i, b), `${qTok[i]} \u2192 ${kTok[b]}`);
+    view.qShadedList = qList;
     for (const i of [view.lastA, a]) if (i !== null && i !== undefined) qChips[i].classList.toggle("is-active", i === a);
     view.lastA = a;
     if (sel !== view.lastSel) {
@@ -536,6 +552,8 @@ function render({ model, el }) {
   on(qStrip, "click", (ev) => { const i = idx(ev, "i"); if (i !== null) togglePin(i); });
   on(kStrip, "mouseover", (ev) => { const j = idx(ev, "j"); if (j !== null) setHover(view.hover, j); });
   on(kStrip, "mouseleave", () => setHover(null, null));
+  on(kStrip, "scroll", () => update());
+  on(qStrip, "scroll", () => update());
   on(kStrip, "click", (ev) => { const j = idx(ev, "j"); if (j !== null) toggleKey(j); });
   on(canvas, "mousemove", (ev) => { const [, i, j] = where(ev); setHover(i, j); });
   on(canvas, "mouseleave", () => setHover(null, null));
@@ -593,7 +611,7 @@ function render({ model, el }) {
   const onSelected = () => update();
   const onTitle = () => { titleEl.textContent = model.get("title") || ""; };
   const onScale = () => {
-    images.clear(); thumbImages.clear(); marked = "";
+    images.clear(); thumbImages.clear();
     scaleSel.value = model.get("scale"); drawMap(); if (explorer) drawThumbBases(); update();
   };
   const onLayerHead = () => {

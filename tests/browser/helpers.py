@@ -80,8 +80,11 @@ function dataView(b64, offset) {   // like ipywidgets: binary traits arrive as D
   return new DataView(buf.buffer, offset, raw.length);
 }
 // Decode the base64 fields once (the decoding is the harness's cost, not the widget's).
-window.prepare = (state, offset = 0) =>
-  ({ ...state, _weights: dataView(state._weights, offset), _palette: dataView(state._palette, 0) });
+window.prepare = (state, offset = 0) => {
+  const out = { ...state, _weights: dataView(state._weights, offset), _palette: dataView(state._palette, 0) };
+  for (const k of ["_mask", "_thumbs", "_exact"]) if (typeof state[k] === "string") out[k] = dataView(state[k], 0);
+  return out;
+};
 window.mount = (name, state, offset = 0) => {
   const listeners = {};
   const s = typeof state._weights === "string" ? prepare(state, offset) : { ...state };

@@ -2,19 +2,24 @@
 
 Budgets (issue 13): first render <= 300 ms, hover <= 20 ms to the next frame, layer or head
 switch <= 100 ms; the data sent to the page is reported in MB. Measured for a whole model on
-a medium text (6 layers x 12 heads x 128 tokens) and one layer of a long text (12 heads x 512
-tokens). The full 6 x 12 x 512 case (75 MB of float32) is NOT covered: the widget still ships
-every map at once, and that size is not yet handled (see the report of issue 13).
+a medium text (6 layers x 12 heads x 128 tokens), one layer of a long text (12 heads x 512
+tokens), and a whole model on a long text (6 x 12 x 512, MiniLM's shape: 75 MB of float32).
+The last is above EAGER_MAX_BYTES, so the widget sends only grid thumbnails and the exact map
+on display; on a switch the kernel sends the new map (1 MB). Here the page has no kernel: a
+stand-in answers every layer/head change at once with a 512 x 512 map, so the switch time
+counts the page's work (placeholder, receiving and drawing the map), not the kernel's slice
+nor the websocket (measured apart below: well under a millisecond for the slice).
 Timings are written to test-artifacts/explorer_budgets.json and printed.
 """
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
 
-from attnlib.widgets import AttentionExplorer
+from attnlib.widgets import EAGER_MAX_BYTES, AttentionExplorer
 
 from .helpers import median, open_bare_page, widget_state
 
@@ -24,11 +29,22 @@ BUDGET_MS = {"first_render": 300, "hover_to_frame": 20, "switch_to_frame": 100}
 FRAME = "new Promise((res) => requestAnimationFrame(() => setTimeout(res, 0)))"
 
 
+# The kernel's part of an on-demand switch, done in the page: answer a layer/head change with a map.
+KERNEL_STAND_IN = """(name) => {
+    const m = models[name], buf = m.get('_exact');
+    const reply = () => { m.set('_exact_at', [m.get('layer'), m.get('head')]);
+                          m.set('_exact', new DataView(buf.buffer, buf.byteOffset, buf.byteLength)); };
+    m.on('change:layer', reply); m.on('change:head', reply);
+}"""
+
+
 def measure(page, name: str, state: dict) -> dict:
     page.evaluate("(s) => { window.bigState = prepare(s); }", state)
     first = page.evaluate(f"""async () => {{
         const t0 = performance.now(); mount('{name}', window.bigState); await {FRAME};
         return performance.now() - t0; }}""")
+    if state.get("_lazy"):
+        page.evaluate(KERNEL_STAND_IN, name)
     out = page.evaluate(f"""async (name) => {{
         const root = document.querySelector(`#${{name}} [data-testid=attn-root]`);
         const c = root.querySelector('[data-testid=heatmap-canvas]'), b = c.getBoundingClientRect();
@@ -48,32 +64,43 @@ def measure(page, name: str, state: dict) -> dict:
             if (k % 2) models[name].set('layer', (models[name].get('layer') + 1) % nL);
             await {FRAME};
             switches.push(performance.now() - t0);
+            if (root.dataset.loading !== '') throw new Error('exact map not drawn');
         }}
         return {{hover, switches}};
     }}""", name)
     return {"first_render_ms": round(first, 1), "hover_to_frame_ms_median": round(median(out["hover"]), 1),
             "switch_to_frame_ms_median": round(median(out["switches"]), 1),
-            "data_sent_mb": round((len(state["_weights"]) * 3 / 4) / 1e6, 2)}
+            "data_sent_mb": round(sum(len(v) * 3 / 4 for k, v in state.items()  # every binary trait (base64)
+                                      if k in ("_weights", "_mask", "_palette", "_thumbs", "_exact")) / 1e6, 2)}
 
 
-@pytest.mark.xfail(reason="NOT MET YET (issue 13, item 8): on a busy 2-core machine hover took 29-66 ms to the "
-                   "next frame (budget 20), a head switch 55-102 ms (budget 100) and first render 244-408 ms "
-                   "(budget 300). On the same machine quiet both shapes met all three in one run (hover 17 ms), "
-                   "while in a run beside one other job 1x12x512 missed hover (28 ms): the budgets hold only "
-                   "without load. 6 x 12 x 512 is not handled at all. Numbers are printed every run",
+@pytest.mark.xfail(reason="NOT MET RELIABLY (issue 13, item 8): first render and switch are within budget in every "
+                   "run, hover is not. Today (2026-11-24, the 2-core machine shared with other helpers' jobs, load "
+                   "average 1-3), over 4 runs: 6x12x128 first render 128-189 ms, hover 17-28 ms (budget 20), switch "
+                   "20-24 ms; 1x12x512 113-143 ms, hover 16-26 ms, switch 23-31 ms; 6x12x512 (maps on demand: 1.95 MB "
+                   "sent instead of 75 MB) 146-228 ms, hover 24-37 ms, switch 37-56 ms (the page's side; the kernel's "
+                   "slice takes 0.1 ms, the websocket is not measured here). Numbers are printed every run",
                    strict=False)
-@pytest.mark.parametrize("shape", [(6, 12, 128), (1, 12, 512)], ids=["6x12x128", "1x12x512"])
+@pytest.mark.parametrize("shape", [(6, 12, 128), (1, 12, 512), (6, 12, 512)], ids=["6x12x128", "1x12x512", "6x12x512"])
 def test_budgets(browser_context, artifacts, shape):
     L, H, n = shape
     g = torch.Generator().manual_seed(31)
     w = torch.softmax(2 * torch.randn(L, H, n, n, generator=g), dim=-1)
     ex = AttentionExplorer(w, [f"t{i}" for i in range(n)])
+    assert ex._lazy == (w.numel() * 4 > EAGER_MAX_BYTES)
+    t0 = time.perf_counter()
+    for h in range(H):  # the kernel's work per on-demand switch: slice one map to bytes
+        ex._full[L - 1, h].tobytes() if ex._lazy else None
+    kernel_ms = (time.perf_counter() - t0) * 1000 / H
     page, errors = open_bare_page(browser_context)
     try:
         result = measure(page, "x", widget_state(ex))
     finally:
         page.close()
     result["shape"] = f"{L} layers x {H} heads x {n} tokens"
+    result["maps_on_demand"] = ex._lazy
+    if ex._lazy:
+        result["kernel_slice_ms"] = round(kernel_ms, 2)
     print("\nexplorer budgets:", result)
     path = artifacts / "explorer_budgets.json"
     runs = json.loads(path.read_text()) if path.exists() else {}

@@ -4,6 +4,8 @@ Same harness as test_widget_js.py (a fake anywidget model, state from real widge
 """
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 import torch
@@ -38,13 +40,12 @@ def two_heads_015_099() -> torch.Tensor:
 
 
 def thumb_pixel(page, name: str, l: int, hd: int, fx: float, fy: float) -> list[int]:
-    """RGB of a grid thumbnail at a fraction (fx, fy) of its size, as seen: the outline canvas above the map."""
-    return page.evaluate("""([name, l, hd, fx, fy]) => {
-        const [base, mark] = document.querySelectorAll(`#${name} [data-testid=thumb-${l}-${hd}] canvas`);
-        const at = (c) => c.getContext("2d").getImageData(Math.floor(fx * c.width), Math.floor(fy * c.height), 1, 1).data;
-        const m = at(mark);
-        return Array.from(m[3] > 0 ? m : at(base)).slice(0, 3);
-    }""", [name, l, hd, fx, fy])
+    """RGB of a grid thumbnail at a fraction (fx, fy) of its size, as seen on screen (outlines included)."""
+    from PIL import Image
+
+    shot = Image.open(io.BytesIO(page.locator(f"#{name} [data-testid=thumb-{l}-{hd}]").screenshot())).convert("RGB")
+    inset = 3  # the button's 2 px border and 1 px padding
+    return list(shot.getpixel((inset + int(fx * 56), inset + int(fy * 56))))
 
 
 def test_a_dim_head_stays_dim_on_the_layer_scale(page):
