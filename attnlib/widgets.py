@@ -30,6 +30,17 @@ Weights must be finite. Without ``raw_scores=True`` they must also be >= 0 and e
 must sum to 1 (within 1e-3; bfloat16 input within its epsilon, 0.0078) or be all zeros (a
 query masked out entirely).
 
+Two views (synced ``view``): ``"map"``, the matrix, and ``"lines"`` (bertviz's head view):
+queries in a column on the left, keys on the right, one line per pair whose colour, opacity
+and width follow the weight on the current scale; hover or click a token on either side.
+Lines are offered up to ``LINES_MAX_TOKENS`` (64) tokens a side; above, ``view="lines"``
+raises ValueError and the page's menu greys the option out.
+
+Big explorers (more than ``EAGER_MAX_BYTES``, 16 MB, of float32 maps, e.g. 6 x 12 x 512) send
+the page grid thumbnails and the exact map on display only; when the page switches layer or
+head the kernel sends that map (the thumbnail stands in meanwhile). Their kernel-free export
+carries every map in 8 bits, the map on display exact; values from an 8-bit map read "≈".
+
 Where widgets cannot run (GitHub, nbviewer, a saved notebook opened before it runs), the
 output carries ``image/png``: the map with tokens on its axes, a colour bar and the pinned
 token marked (explorer: the grid of every layer x head beside it), and ``text/html`` with the
@@ -40,10 +51,12 @@ self-contained HTML page that works offline from ``file://``.
 Stable ``data-testid`` attributes of the view (for tests and for notebook authors):
 ``attn-root`` (focusable; ``data-kind``, ``data-active-row``, ``data-hover-row``,
 ``data-active-col``, ``data-selected``, ``data-selected-key``, ``data-layer``, ``data-head``,
-``data-scale``, ``data-render-ms``), ``title``, ``query-tokens`` / ``query-token-{i}`` and
+``data-scale``, ``data-view``, ``data-loading`` (1 while a big explorer's map is on its way),
+``data-exact`` (0 when the values come from an 8-bit copy), ``data-render-ms``), ``title``, ``query-tokens`` / ``query-token-{i}`` and
 ``key-tokens`` / ``key-token-{j}`` (with ``data-weight`` and a ``title`` tooltip while a
 column or row is lit), ``readout``, ``heatmap-canvas``, ``heatmap-overlay``, ``legend``,
-``colorbar`` (``data-vmin``, ``data-vmax``), ``pinned-marker``; explorer only:
+``colorbar`` (``data-vmin``, ``data-vmax``), ``pinned-marker``, ``view-select``, ``lines-view``,
+``lines-canvas`` (``data-row-h``, ``data-width``), ``lines-query-{i}``, ``lines-key-{j}``; explorer only:
 ``layer-select``, ``head-select``, ``scale-select``, ``head-grid``, ``thumb-{l}-{h}``.
 """
 from __future__ import annotations
@@ -409,9 +422,10 @@ class AttentionHeatmap(_AttentionWidget):
         mask: bool ``(Lq, Lk)``, True = may attend; False cells are drawn in the mask colour.
         scale: "layer" (the default; for one map the same as "map"), "map", "model", or (vmin, vmax).
         selected_key: a key index to pin at start ("who attends here"), or None.
+        view: "map" (the matrix) or "lines" (at most LINES_MAX_TOKENS tokens a side).
 
     Synced traitlets: ``selected``, ``selected_key`` (int or None), ``scale`` (with ``vmin``,
-    ``vmax``), readable, settable and observable from Python; ``set_scale`` switches the scale.
+    ``vmax``), ``view`` ("map" or "lines"), readable, settable and observable from Python; ``set_scale`` switches the scale.
     """
 
     def __init__(self, weights: torch.Tensor | np.ndarray, query_tokens: Sequence[str],
@@ -443,14 +457,14 @@ class AttentionExplorer(_AttentionWidget):
     Args:
         weights: 4-D tensor/array ``(layers, heads, Lq, Lk)``, or a list of per-layer
             ``(heads, Lq, Lk)`` tensors (as collected from a model, batch squeezed).
-        query_tokens, key_tokens, title, raw_scores, cmap, selected, selected_key: as in AttentionHeatmap.
+        query_tokens, key_tokens, title, raw_scores, cmap, selected, selected_key, view: as in AttentionHeatmap.
         mask: bool, True = may attend: ``(Lq, Lk)`` or ``(layers, heads, Lq, Lk)`` (size-1 dims broadcast).
         scale: "layer" (default: the heads of a layer share one colour scale), "map", "model", or (vmin, vmax).
         layer_names: one name per layer (default "layer 0", "layer 1", ...).
         layer, head: the map shown first.
 
-    Synced traitlets: ``layer``, ``head``, ``selected``, ``selected_key``, ``scale``; out-of-range
-    values raise ValueError.
+    Synced traitlets: ``layer``, ``head``, ``selected``, ``selected_key``, ``scale``, ``view``;
+    out-of-range values raise ValueError.
     """
 
     _kind = traitlets.Unicode("explorer").tag(sync=True)

@@ -266,3 +266,18 @@ def test_a_big_explorer_draws_thumbnails_then_the_exact_map_sent_on_demand(page)
     page.hover("#b [data-testid=query-token-9]")
     best = int(w[3, 4, 9].argmax())
     assert page.inner_text("#b [data-testid=readout]") == f"t9 → t{best}: {w[3, 4, 9, best].item():.3f} (largest weight)"
+
+
+def test_a_long_key_strip_shades_the_chips_in_view_and_the_rest_on_scroll(page):
+    n = 300
+    w = softmax_maps(n, n, seed=25)
+    hm = AttentionHeatmap(w, [f"t{i}" for i in range(n)], selected=4)  # pinned: row 4 stays lit
+    page.evaluate("(s) => mount('s', s)", widget_state(hm))
+    page.mouse.move(1, 1)
+    page.evaluate("models.s.set('selected', 5)")
+    assert attr(page, "#s [data-testid=key-token-0]", "data-weight") == f"{w[5, 0].item():.3f}"
+    assert attr(page, f"#s [data-testid=key-token-{n - 1}]", "data-weight") is None  # scrolled out of view
+    page.evaluate("""() => { const s = document.querySelector('#s [data-testid=key-tokens]');
+        s.scrollTop = s.scrollHeight; s.dispatchEvent(new Event('scroll')); }""")
+    assert attr(page, f"#s [data-testid=key-token-{n - 1}]", "data-weight") == f"{w[5, n - 1].item():.3f}"
+    assert attr(page, "#s [data-testid=key-token-0]", "data-weight") is None
