@@ -319,3 +319,51 @@ def test_the_kill_comes_after_every_wait():
     worst = worst_case_seconds(test_explorer_in_jupyter)
     kill = next(m.args[0] for m in test_explorer_in_jupyter.pytestmark if m.name == "timeout")
     assert kill > worst, f"pytest-timeout kills after {kill} s, but the waits of the test can take {worst:.0f} s"
+
+
+BIG_NOTEBOOK = "big_explorer.ipynb"
+BIG_SOURCE = """import torch
+from attnlib import AttentionExplorer
+
+g = torch.Generator().manual_seed(0)
+w = torch.softmax(2 * torch.randn(6, 12, 300, 300, generator=g), dim=-1)  # 26 MB of float32: maps on demand
+big = AttentionExplorer(w, [f"t{i}" for i in range(300)])
+big"""
+
+
+@pytest.mark.timeout(300)
+def test_a_big_explorer_gets_its_maps_from_the_kernel(jupyter, browser_context, artifacts):
+    """A big explorer in a live kernel: a click on a thumbnail makes the kernel send that exact map."""
+    import nbformat
+    import torch
+
+    frontend, base, token, log = jupyter
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(BIG_SOURCE)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, log.parent / "notebooks" / BIG_NOTEBOOK)  # the server's root is the folder of its log
+    w = torch.softmax(2 * torch.randn(6, 12, 300, 300, generator=torch.Generator().manual_seed(0)), dim=-1)
+    page = browser_context.new_page()
+    page.set_default_timeout(ACTION_MS)
+    page_errors: list[str] = []
+    page.on("pageerror", lambda e: None if is_known_frontend_error(frontend, e) else page_errors.append(str(e)))
+    try:
+        page.goto(f"{base}{FRONTENDS[frontend][2].replace(NOTEBOOK, BIG_NOTEBOOK)}token={token}", timeout=60_000)
+        page.wait_for_function(KERNEL_IDLE, arg=BIG_NOTEBOOK, timeout=60_000)
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        explorer = page.locator(EXPLORER)
+        explorer.wait_for(state="visible", timeout=90_000)
+        page.wait_for_function(ALL_RAN, timeout=90_000)
+        explorer.locator("[data-testid=thumb-3-4]").click()
+        page.wait_for_function("() => { const r = document.querySelector('[data-testid=attn-root][data-kind=explorer]');"
+                               " return r.dataset.head === '4' && r.dataset.loading === ''; }", timeout=30_000)
+        explorer.locator("[data-testid=query-token-9]").hover()
+        best = int(w[3, 4, 9].argmax())
+        assert explorer.locator("[data-testid=readout]").inner_text(timeout=ACTION_MS) == \
+            f"t9 → t{best}: {w[3, 4, 9, best].item():.3f} (largest weight)"
+        explorer.screenshot(path=str(artifacts / f"explorer_e2e_{frontend}_big.png"))
+        assert page_errors == [], f"uncaught errors in the page: {page_errors}"
+    except BaseException:
+        save_failure_artifacts(page, log, artifacts, f"explorer_e2e_{frontend}_big")
+        raise
+    finally:
+        page.close()
