@@ -194,7 +194,7 @@ function render({ model, el }) {
   header.append(pin);
   root.append(header);
 
-  let layerSel = null, headSel = null, scaleSel = null, grid = null;
+  let layerSel = null, headSel = null, scaleSel = null, grid = null, gridMark = null;
   const thumbs = []; // [l][hd] -> canvas
   const controls = h("div", { class: "attnlib-controls" });
   const labelled = (text, node) => { const lab = h("label", {}, text + " "); lab.append(node); return lab; };
@@ -219,13 +219,13 @@ function render({ model, el }) {
         const b = h("button", { class: "attnlib-thumb", type: "button", "data-testid": `thumb-${l}-${hd}`,
           "data-layer": String(l), "data-head": String(hd), "aria-label": `open ${lname(l)}, head ${hd}` });
         const c = h("canvas", { width: String(THUMB), height: String(THUMB) });
-        const mark = h("span", { class: "attnlib-thumbmark" }); // outlines placed by CSS variables of the grid
-        mark.innerHTML = '<i class="attnlib-r"></i><i class="attnlib-c"></i>';
-        b.append(c, mark);
+        b.append(c);
         grid.append(b);
-        thumbs[l].push([c, mark]);
+        thumbs[l].push([c]);
       }
     }
+    gridMark = h("canvas", { class: "attnlib-gridmark", "aria-hidden": "true" }); // every outline, one canvas
+    grid.append(gridMark);
   }
   controls.append(labelled("colour scale", scaleSel));
   const linesOK = Math.max(Lq, Lk) <= LINES_MAX;
@@ -391,15 +391,27 @@ function render({ model, el }) {
     }
   }
   let marked = "", current = "";
-  function drawThumbs() { // cheap: the outlines of every thumbnail follow four CSS variables of the grid
+  function drawThumbs() { // cheap: the outlines of every thumbnail, on one canvas over the grid
     const a = activeRow(), b = activeCol(), key = `${a}:${b}`;
-    if (key !== marked) {
+    const gw = grid.scrollWidth, gh = grid.scrollHeight;
+    if (key !== marked && gw > 0) { // gw = 0: not on the page yet, draw on a later update
       marked = key;
-      const g = grid.style;
-      g.setProperty("--attnlib-r-show", a === null ? "none" : "block");
-      if (a !== null) { g.setProperty("--attnlib-r-top", (a / Lq) * THUMB + "px"); g.setProperty("--attnlib-r-h", Math.max(2, THUMB / Lq) + "px"); }
-      g.setProperty("--attnlib-c-show", b === null ? "none" : "block");
-      if (b !== null) { g.setProperty("--attnlib-c-left", (b / Lk) * THUMB + "px"); g.setProperty("--attnlib-c-w", Math.max(2, THUMB / Lk) + "px"); }
+      if (gridMark.width !== Math.ceil(gw * dpr) || gridMark.height !== Math.ceil(gh * dpr)) {
+        gridMark.width = Math.ceil(gw * dpr); gridMark.height = Math.ceil(gh * dpr);
+        gridMark.style.width = gw + "px"; gridMark.style.height = gh + "px";
+      }
+      const t = gridMark.getContext("2d");
+      t.setTransform(dpr, 0, 0, dpr, 0, 0);
+      t.clearRect(0, 0, gw, gh);
+      t.strokeStyle = "#ff3030"; t.lineWidth = 1.5;
+      for (let l = 0; l < nL; l++) {
+        for (let hd = 0; hd < nH; hd++) {
+          const c = thumbs[l][hd][0], btn = c.parentElement; // the thumbnail's place in the grid
+          const x = btn.offsetLeft + c.offsetLeft, y = btn.offsetTop + c.offsetTop;
+          if (a !== null) t.strokeRect(x + 0.75, y + (a / Lq) * THUMB, THUMB - 1.5, Math.max(2, THUMB / Lq));
+          if (b !== null) t.strokeRect(x + (b / Lk) * THUMB, y + 0.75, Math.max(2, THUMB / Lk), THUMB - 1.5);
+        }
+      }
     }
     if (current !== `${layer()}:${head()}`) {
       current = `${layer()}:${head()}`;
