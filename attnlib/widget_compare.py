@@ -3,9 +3,12 @@
 ``compare(a, b, query_tokens)`` returns an :class:`AttentionCompare`: three
 :class:`~attnlib.widgets.AttentionExplorer` views in a row, A and B on one fixed colour
 scale (0 to the largest weight of either) and ``A - B`` on a diverging scale centred on 0.
-Their ``layer``, ``head``, ``selected`` and ``selected_key`` are linked (traitlets.link, in
-Python), so picking a head or pinning a token in one view does it in all three. A and B may
-be two inputs of the same length, two models, or a mean over a batch against one input.
+Their ``layer``, ``head``, ``selected``, ``selected_key`` and ``view`` are linked
+(traitlets.link, in Python), so picking a head, pinning a token or switching to the lines
+view in one does it in all three. A and B also share ``scale`` (with ``vmin``, ``vmax``) and
+the per-map ranges the scales are computed from (the larger of the two inputs' ranges), so
+whichever scale is picked in either menu, A and B stay on one scale. A and B may be two
+inputs of the same length, two models, or a mean over a batch against one input.
 
 Where widgets cannot run, the output carries one PNG with the three pictures stacked.
 """
@@ -24,7 +27,8 @@ from .widgets import AttentionExplorer, _to_numpy
 
 __all__ = ["AttentionCompare", "compare"]
 
-LINKED = ("layer", "head", "selected", "selected_key")
+LINKED = ("layer", "head", "selected", "selected_key", "view")  # all three views
+SHARED_SCALE = ("vmin", "vmax", "scale")  # A and B only: the difference has its own diverging scale
 
 
 class AttentionCompare(ipywidgets.HBox):
@@ -34,6 +38,7 @@ class AttentionCompare(ipywidgets.HBox):
         super().__init__([a, b, diff], layout=ipywidgets.Layout(flex_flow="row wrap", grid_gap="16px"))
         self.a, self.b, self.diff = a, b, diff
         self._links = [traitlets.link((a, n), (other, n)) for other in (b, diff) for n in LINKED]
+        self._links += [traitlets.link((a, n), (b, n)) for n in SHARED_SCALE]
 
     def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict, dict] | None:
         bundle = super()._repr_mimebundle_(**kwargs)
@@ -89,6 +94,10 @@ def compare(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray, query_to
     top = float(max(wa.max(), wb.max())) or 1.0
     ex_a = AttentionExplorer(wa, query_tokens, key_tokens, title=names[0], scale=(0.0, top), **kwargs)
     ex_b = AttentionExplorer(wb, query_tokens, key_tokens, title=names[1], scale=(0.0, top), **kwargs)
+    with ex_a.hold_sync(), ex_b.hold_sync():  # one range per map for both, so every scale option is shared
+        lo, hi = np.minimum(ex_a._map_lo, ex_b._map_lo).tolist(), np.maximum(ex_a._map_hi, ex_b._map_hi).tolist()
+        ex_a._map_lo = ex_b._map_lo = lo
+        ex_a._map_hi = ex_b._map_hi = hi
     ex_d = AttentionExplorer(wa - wb, query_tokens, key_tokens, title=f"{names[0]} minus {names[1]}",
                              raw_scores=True, scale="model", **kwargs)
     return AttentionCompare(ex_a, ex_b, ex_d)

@@ -218,7 +218,7 @@ class _AttentionWidget(anywidget.AnyWidget):
     _weights = traitlets.Bytes(b"").tag(sync=True)  # float32 little-endian, C order, shape _shape
     _mask = traitlets.Bytes(b"").tag(sync=True)  # uint8 per cell (1 = may attend), or empty: nothing masked
     _shape = traitlets.List(traitlets.Int(), [1, 1, 1, 1]).tag(sync=True)  # [layers, heads, Lq, Lk]
-    _map_lo = traitlets.List(traitlets.Float()).tag(sync=True)  # per map (layer-major): smallest unmasked value
+    _map_lo = traitlets.List(traitlets.Float()).tag(sync=True)  # per map (layer-major): smallest unmasked value (compare: of A and B)
     _map_hi = traitlets.List(traitlets.Float()).tag(sync=True)  # per map: largest unmasked value
     _palette = traitlets.Bytes(b"").tag(sync=True)  # 256 x RGB
     _mask_rgb = traitlets.List(traitlets.Int(), [225, 225, 225]).tag(sync=True)

@@ -450,6 +450,25 @@ def test_compare_shares_one_scale_and_links_the_views():
     assert png_of(data).shape[0] > 600 and "tired" in data["text/plain"] and "0x" not in data["text/plain"]
 
 
+def test_compare_keeps_a_and_b_on_one_scale_whichever_scale_is_picked():
+    from attnlib.widget_compare import compare
+
+    a, b = maps(2, 3, 11, 11, seed=1), maps(2, 3, 11, 11, seed=2)
+    b[1, 2] = torch.eye(11)  # B has one sharp head (peak 1.0) where A's head peaks lower
+    view = compare(a, b, TOKENS)
+    assert a[1, 2].max() < 0.9 and view.b._range(1, 2) == (0.0, 1.0)
+    for scale, other in (("layer", "b"), ("map", "a"), ("model", "b"), ((0.0, 0.5), "a")):
+        getattr(view, "b" if other == "a" else "a").set_scale(scale)  # the menu of either view
+        assert view.a.scale == view.b.scale and view.diff.raw_scores and view.diff.scale == "model"
+        for layer in range(2):
+            for head in range(3):
+                assert view.a._range(layer, head) == view.b._range(layer, head), (scale, layer, head)
+    view.a.set_scale("map")
+    assert view.a._range(1, 2) == (0.0, 1.0)  # A's head 1.2 is drawn on B's range: dimmer than B's, as it is
+    view.diff.view = "lines"  # the view menu of any of the three
+    assert view.a.view == view.b.view == "lines"
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(b=maps(2, 3, 11, 10)), r"a has shape \(2, 3, 11, 11\) but b has shape \(2, 3, 11, 10\)"),
     (dict(names=("a",)), r"names must be two strings, got \('a',\)"),

@@ -367,3 +367,68 @@ def test_a_big_explorer_gets_its_maps_from_the_kernel(jupyter, browser_context, 
         raise
     finally:
         page.close()
+
+
+COMPARE_NOTEBOOK = "compare_views.ipynb"
+COMPARE_SOURCE = """import torch
+from attnlib.widget_compare import compare
+
+g = torch.Generator().manual_seed(0)
+a, b = (torch.softmax(2 * torch.randn(2, 3, 8, 8, generator=g), dim=-1) for _ in range(2))
+view = compare(a, b, [f"t{i}" for i in range(8)], names=("A", "B"))
+view"""
+
+ALL_THREE = """([name, value]) => {
+    const roots = [...document.querySelectorAll('[data-testid=attn-root][data-kind=explorer]')];
+    return roots.length === 3 && roots.every((r) => r.dataset[name] === value);
+}"""
+
+
+@pytest.mark.timeout(300)
+def test_compare_views_follow_each_other_through_the_kernel(jupyter, browser_context, artifacts):
+    """compare(): a head opened, a token pinned or the view switched in any of the three views reaches the other two
+    (the links live in the kernel), and a scale picked in A's menu is B's too, with the same numbers on the colour bar."""
+    import nbformat
+
+    frontend, base, token, log = jupyter
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(COMPARE_SOURCE)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, log.parent / "notebooks" / COMPARE_NOTEBOOK)
+    page = browser_context.new_page()
+    page.set_default_timeout(ACTION_MS)
+    page_errors: list[str] = []
+    page.on("pageerror", lambda e: None if is_known_frontend_error(frontend, e) else page_errors.append(str(e)))
+    views = [page.locator(f"[data-testid=attn-root][data-kind=explorer] >> nth={k}") for k in range(3)]
+    try:
+        page.goto(f"{base}{FRONTENDS[frontend][2].replace(NOTEBOOK, COMPARE_NOTEBOOK)}token={token}", timeout=60_000)
+        page.wait_for_function(KERNEL_IDLE, arg=COMPARE_NOTEBOOK, timeout=60_000)
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        views[2].wait_for(state="visible", timeout=90_000)
+        page.wait_for_function(ALL_RAN, timeout=90_000)
+        page.wait_for_function(KERNEL_IDLE, arg=COMPARE_NOTEBOOK, timeout=30_000)
+        assert [v.locator("[data-testid=title]").inner_text() for v in views] == ["A", "B", "A minus B"]
+
+        views[0].locator("[data-testid=thumb-1-2]").click()  # a head opened in A
+        page.wait_for_function(ALL_THREE, arg=["head", "2"], timeout=15_000)
+        page.wait_for_function(ALL_THREE, arg=["layer", "1"], timeout=15_000)
+        views[1].locator("[data-testid=query-token-3]").click()  # a query pinned in B
+        page.wait_for_function(ALL_THREE, arg=["selected", "3"], timeout=15_000)
+
+        assert views[0].get_attribute("data-scale") == "fixed"
+        views[0].locator("[data-testid=scale-select]").select_option("map")  # A's menu: B follows, the difference not
+        page.wait_for_function("() => document.querySelectorAll('[data-testid=attn-root][data-kind=explorer]')[1]"
+                               ".dataset.scale === 'map'", timeout=15_000)
+        bars = [v.locator("[data-testid=colorbar]") for v in views]
+        assert bars[0].get_attribute("data-vmax") == bars[1].get_attribute("data-vmax")  # one scale for A and B
+        assert views[2].get_attribute("data-scale") == "model"
+        assert float(bars[2].get_attribute("data-vmin")) == -float(bars[2].get_attribute("data-vmax"))
+
+        views[2].locator("[data-testid=view-select]").select_option("lines")  # the difference's menu
+        page.wait_for_function(ALL_THREE, arg=["view", "lines"], timeout=15_000)
+        page.screenshot(path=str(artifacts / f"explorer_e2e_{frontend}_compare.png"), full_page=True)
+        assert page_errors == [], f"uncaught errors in the page: {page_errors}"
+    except BaseException:
+        save_failure_artifacts(page, log, artifacts, f"explorer_e2e_{frontend}_compare")
+        raise
+    finally:
+        page.close()
