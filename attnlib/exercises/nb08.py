@@ -43,7 +43,7 @@ def positional_head(answer: Any, *, content_dependence: torch.Tensor) -> tuple[b
         return True, f"{where}; its map is almost the same whatever the digits"
     if rank == n:
         return False, f"{where}: that is the head that depends MOST on the digits; Task B asks for the least"
-    return False, f"{where}; the best head changes by only {best:.3f}: look for a difference map that stays dark"
+    return False, f"{where}; the best head changes by only {best:.3f}: look for a difference map that stays pale"
 
 
 # ---------------------------------------------------------------------------------------------
