@@ -393,7 +393,7 @@ function render({ model, el }) {
   let marked = "", current = "";
   function drawThumbs() { // cheap: the outlines of every thumbnail, on one canvas over the grid
     const a = activeRow(), b = activeCol(), key = `${a}:${b}`;
-    const gw = grid.scrollWidth, gh = grid.scrollHeight;
+    const { gw, gh, at } = geom.grid; // read before update() wrote anything (see measure)
     if (key !== marked && gw > 0) { // gw = 0: not on the page yet, draw on a later update
       marked = key;
       if (gridMark.width !== Math.ceil(gw * dpr) || gridMark.height !== Math.ceil(gh * dpr)) {
@@ -406,8 +406,7 @@ function render({ model, el }) {
       t.strokeStyle = "#ff3030"; t.lineWidth = 1.5;
       for (let l = 0; l < nL; l++) {
         for (let hd = 0; hd < nH; hd++) {
-          const c = thumbs[l][hd][0], btn = c.parentElement; // the thumbnail's place in the grid
-          const x = btn.offsetLeft + c.offsetLeft, y = btn.offsetTop + c.offsetTop;
+          const [x, y] = at[l * nH + hd]; // the thumbnail's place in the grid
           if (a !== null) t.strokeRect(x + 0.75, y + (a / Lq) * THUMB, THUMB - 1.5, Math.max(2, THUMB / Lq));
           if (b !== null) t.strokeRect(x + (b / Lk) * THUMB, y + 0.75, Math.max(2, THUMB / Lk), THUMB - 1.5);
         }
@@ -440,14 +439,43 @@ function render({ model, el }) {
   // Shading all 512 cost 10-15 ms a hover in Chromium, most of the hover budget.
   const ALL_AT_MOST = 64;
   function inView(strip, chips) { // indices of the chips of a strip worth shading now
-    if (chips.length <= ALL_AT_MOST || strip.clientHeight === 0) return chips.map((_, k) => k);
-    const base = chips[0].offsetTop, lo = strip.scrollTop - 24, hi = strip.scrollTop + strip.clientHeight + 24, out = [];
-    for (let k = 0; k < chips.length; k++) { const t = chips[k].offsetTop - base; if (t >= lo && t <= hi) out.push(k); }
+    const g = strip === kStrip ? geom.k : geom.q;
+    if (chips.length <= ALL_AT_MOST || g.height === 0) return chips.map((_, k) => k);
+    const lo = g.scrollTop - 24, hi = g.scrollTop + g.height + 24, out = [];
+    for (let k = 0; k < chips.length; k++) { const t = g.tops[k]; if (t >= lo && t <= hi) out.push(k); }
     return out;
   }
+
+  // Layout, read once and kept: where each chip sits in its strip, where each thumbnail sits in the grid.
+  // Reading offsetTop or offsetLeft after update() has restyled chips forces the browser to lay the whole
+  // widget out again in the middle of a hover (at 6 x 12 x 512 that was most of a hover's work). So update()
+  // never reads layout; measure() does, first thing in update(), only after a ResizeObserver, a font or a
+  // scroll said the layout changed.
+  const geom = { dirty: true, k: { tops: [], height: 0, scrollTop: 0 }, q: { tops: [], height: 0, scrollTop: 0 },
+    grid: { gw: 0, gh: 0, at: [] } };
+  function measureStrip(strip, chips, g) {
+    g.height = strip.clientHeight; g.scrollTop = strip.scrollTop;
+    if (chips.length <= ALL_AT_MOST) return;
+    const base = chips.length ? chips[0].offsetTop : 0;
+    g.tops = chips.map((c) => c.offsetTop - base);
+  }
+  function measure() {
+    if (!geom.dirty) return;
+    geom.dirty = false;
+    measureStrip(kStrip, kChips, geom.k); measureStrip(qStrip, qChips, geom.q);
+    if (explorer) {
+      geom.grid.gw = grid.scrollWidth; geom.grid.gh = grid.scrollHeight; marked = ""; // outlines drawn again
+      geom.grid.at = thumbs.flat().map(([c]) => [c.parentElement.offsetLeft + c.offsetLeft, c.parentElement.offsetTop + c.offsetTop]);
+    }
+  }
+  const relayout = () => { geom.dirty = true; update(); };
+  const resized = typeof ResizeObserver === "function" ? new ResizeObserver(relayout) : null;
+  if (resized) [qStrip, kStrip].concat(explorer ? [grid] : []).forEach((node) => resized.observe(node));
+  if (document.fonts) document.fonts.addEventListener("loadingdone", relayout);
   const cellText = (i, j) => (isMasked(i, j) ? "masked" : fmt(weight(i, j)));
 
   function update() { // cheap: overlay + chips + readout, no repaint of the map itself
+    measure(); // reads layout only when it changed, and before anything below writes
     const a = activeRow(), b = activeCol(), sel = selRow(), selK = selCol();
     chipRange = rangeOf(layer(), head());
     Object.assign(root.dataset, { activeRow: a ?? "", hoverRow: view.hover ?? "", activeCol: b ?? "",
@@ -564,8 +592,8 @@ function render({ model, el }) {
   on(qStrip, "click", (ev) => { const i = idx(ev, "i"); if (i !== null) togglePin(i); });
   on(kStrip, "mouseover", (ev) => { const j = idx(ev, "j"); if (j !== null) setHover(view.hover, j); });
   on(kStrip, "mouseleave", () => setHover(null, null));
-  on(kStrip, "scroll", () => update());
-  on(qStrip, "scroll", () => update());
+  on(kStrip, "scroll", () => { geom.k.scrollTop = kStrip.scrollTop; update(); });
+  on(qStrip, "scroll", () => { geom.q.scrollTop = qStrip.scrollTop; update(); });
   on(kStrip, "click", (ev) => { const j = idx(ev, "j"); if (j !== null) toggleKey(j); });
   on(canvas, "mousemove", (ev) => { const [, i, j] = where(ev); setHover(i, j); });
   on(canvas, "mouseleave", () => setHover(null, null));
@@ -650,6 +678,8 @@ function render({ model, el }) {
 
   return () => { // cleanup when the view is removed
     hooks.forEach(([ev, f]) => model.off(ev, f));
+    if (resized) resized.disconnect();
+    if (document.fonts) document.fonts.removeEventListener("loadingdone", relayout);
     root.remove();
   };
 }

@@ -10,6 +10,14 @@ stand-in answers every layer/head change at once with a 512 x 512 map, so the sw
 counts the page's work (placeholder, receiving and drawing the map), not the kernel's slice
 nor the websocket (measured apart below: well under a millisecond for the slice).
 Timings are written to test-artifacts/explorer_budgets.json and printed.
+
+First render and switch are asserted. Hover is measured, printed and checked as an expected
+failure that may pass (``test_hover_budget``), because on this kind of machine the measure has
+a floor the widget cannot move: the loop dispatches each hover just after a frame, so the
+next frame is about 16.7 ms away whatever the page does, leaving 3.3 ms of the budget for
+scheduling jitter on a busy machine. The same run times that floor (a one-character text
+change, measured the same way in the same page) and prints it beside the hover, so a reader
+can tell a late frame from a slow widget.
 """
 from __future__ import annotations
 
@@ -36,6 +44,16 @@ KERNEL_STAND_IN = """(name) => {
                           m.set('_exact', new DataView(buf.buffer, buf.byteOffset, buf.byteLength)); };
     m.on('change:layer', reply); m.on('change:head', reply);
 }"""
+
+
+# The floor of the hover measure: the smallest change a page can make, timed as a hover is.
+FLOOR = f"""async () => {{
+    const d = document.createElement('span'); document.body.append(d); const out = [];
+    for (let k = 0; k < 15; k++) {{
+        const t0 = performance.now(); d.textContent = String(k); await {FRAME}; out.push(performance.now() - t0);
+    }}
+    d.remove(); return out;
+}}"""
 
 
 def measure(page, name: str, state: dict) -> dict:
@@ -70,20 +88,18 @@ def measure(page, name: str, state: dict) -> dict:
     }}""", name)
     return {"first_render_ms": round(first, 1), "hover_to_frame_ms_median": round(median(out["hover"]), 1),
             "switch_to_frame_ms_median": round(median(out["switches"]), 1),
+            "text_change_to_frame_ms_median": round(median(page.evaluate(FLOOR)), 1),  # the floor of the hover measure
             "data_sent_mb": round(sum(len(v) * 3 / 4 for k, v in state.items()  # every binary trait (base64)
                                       if k in ("_weights", "_mask", "_palette", "_thumbs", "_exact")) / 1e6, 2)}
 
 
-@pytest.mark.xfail(reason="MET IN MOST RUNS, NOT ALL (issue 13, item 8). Today (2026-11-24, the 2-core machine "
-                   "shared with other helpers' jobs, load average 1.3-2.4), 5 runs: first render 98-196 ms (budget "
-                   "300) and switch 17-44 ms (budget 100) in every run; hover 15.7-21.5 ms (budget 20), missed by "
-                   "2 of 15 medians (1x12x512 at 20.3 ms, 6x12x512 at 21.5 ms). 6x12x512 sends 1.95 MB (thumbnails "
-                   "and the map on display) instead of 75 MB; its switch counts the page's side (the kernel's slice "
-                   "takes 0.1 ms; the websocket is not measured here). Numbers are printed every run",
-                   strict=False)
-@pytest.mark.parametrize("shape", [(6, 12, 128), (1, 12, 512), (6, 12, 512)], ids=["6x12x128", "1x12x512", "6x12x512"])
-def test_budgets(browser_context, artifacts, shape):
-    L, H, n = shape
+SHAPES = {"6x12x128": (6, 12, 128), "1x12x512": (1, 12, 512), "6x12x512": (6, 12, 512)}
+
+
+@pytest.fixture(scope="module", params=sorted(SHAPES))
+def measured(request, browser_context, artifacts) -> dict:
+    """Open an explorer of the shape in a bare page, time it, print and store the numbers."""
+    L, H, n = SHAPES[request.param]
     g = torch.Generator().manual_seed(31)
     w = torch.softmax(2 * torch.randn(L, H, n, n, generator=g), dim=-1)
     ex = AttentionExplorer(w, [f"t{i}" for i in range(n)])
@@ -101,12 +117,27 @@ def test_budgets(browser_context, artifacts, shape):
     result["maps_on_demand"] = ex._lazy
     if ex._lazy:
         result["kernel_slice_ms"] = round(kernel_ms, 2)
-    print("\nexplorer budgets:", result)
+    print(f"\nexplorer budgets {request.param}:", result)
     path = artifacts / "explorer_budgets.json"
     runs = json.loads(path.read_text()) if path.exists() else {}
     runs[result["shape"]] = result
     path.write_text(json.dumps(runs, indent=2) + "\n")
-    assert errors == []
-    assert result["first_render_ms"] <= BUDGET_MS["first_render"], result
-    assert result["hover_to_frame_ms_median"] <= BUDGET_MS["hover_to_frame"], result
-    assert result["switch_to_frame_ms_median"] <= BUDGET_MS["switch_to_frame"], result
+    result["errors"] = errors
+    return result
+
+
+def test_first_render_and_switch_budgets(measured):
+    assert measured["errors"] == []
+    assert measured["first_render_ms"] <= BUDGET_MS["first_render"], measured
+    assert measured["switch_to_frame_ms_median"] <= BUDGET_MS["switch_to_frame"], measured
+    if measured["maps_on_demand"]:
+        assert measured["data_sent_mb"] < 4, measured  # thumbnails and one map, not 75 MB of maps
+
+
+@pytest.mark.xfail(reason="MET IN MOST RUNS, NOT ALL (issue 13, item 8): on the shared 2-core machine (load average "
+                   "5-7, 2026-11-25) hover medians were 16.3-26.8 ms against 20, 2 of 9 over, while a one-character "
+                   "text change timed the same way measured 15.8-17.0 ms (one frame, 16.7 ms). First render and "
+                   "switch are asserted in test_first_render_and_switch_budgets. The numbers are printed every run",
+                   strict=False)
+def test_hover_budget(measured):
+    assert measured["hover_to_frame_ms_median"] <= BUDGET_MS["hover_to_frame"], measured
