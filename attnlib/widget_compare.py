@@ -38,7 +38,17 @@ class AttentionCompare(ipywidgets.HBox):
         super().__init__([a, b, diff], layout=ipywidgets.Layout(flex_flow="row wrap", grid_gap="16px"))
         self.a, self.b, self.diff = a, b, diff
         self._links = [traitlets.link((a, n), (other, n)) for other in (b, diff) for n in LINKED]
-        self._links += [traitlets.link((a, n), (b, n)) for n in SHARED_SCALE]
+        for src, dst in ((a, b), (b, a)):  # the three together, so vmin < vmax holds at every step
+            src.observe(self._mirror(src, dst), names=list(SHARED_SCALE))
+
+    @staticmethod
+    def _mirror(src: AttentionExplorer, dst: AttentionExplorer) -> Any:
+        """An observer of ``src`` that copies its scale, vmin and vmax into ``dst`` in one step."""
+        def copy(change: dict) -> None:
+            with dst.hold_sync(), dst.hold_trait_notifications():
+                for name in SHARED_SCALE:
+                    setattr(dst, name, getattr(src, name))
+        return copy
 
     def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict, dict] | None:
         bundle = super()._repr_mimebundle_(**kwargs)

@@ -374,10 +374,23 @@ class _AttentionWidget(anywidget.AnyWidget):
             raise _OutOfRange("scale='fixed' needs vmin and vmax; use set_scale((vmin, vmax))")
         return s
 
+    @traitlets.validate("vmin", "vmax")
+    def _check_limits(self, proposal: dict) -> float | None:
+        """Finite, and vmin < vmax when both are set (checked once both have changed, e.g. in set_scale)."""
+        name, v = proposal["trait"].name, proposal["value"]
+        if v is None:
+            return v
+        if not np.isfinite(v):
+            raise _OutOfRange(f"{name} must be a finite number or None, got {v}")
+        lo, hi = (v, self.vmax) if name == "vmin" else (self.vmin, v)
+        if lo is not None and hi is not None and not lo < hi:
+            raise _OutOfRange(f"vmin must be below vmax, got vmin={lo} and vmax={hi}")
+        return v
+
     def set_scale(self, scale: str | tuple[float, float]) -> None:
         """Switch the colour scale: ``"layer"``, ``"map"``, ``"model"`` or a fixed ``(vmin, vmax)``."""
         name, lo, hi = _parse_scale(scale)
-        with self.hold_sync():
+        with self.hold_sync(), self.hold_trait_notifications():  # vmin and vmax are checked together
             if name == "fixed":
                 self.vmin, self.vmax = lo, hi
             self.scale = name

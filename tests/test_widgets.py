@@ -346,6 +346,19 @@ def test_bad_scale_rejected(scale, match):
     assert hm.scale == "layer"
 
 
+def test_vmin_and_vmax_checked_together(heatmap):
+    heatmap.set_scale((0.0, 0.5))
+    heatmap.set_scale((0.8, 0.9))  # vmin moves above the old vmax: checked once both have changed
+    assert (heatmap.vmin, heatmap.vmax) == (0.8, 0.9)
+    with pytest.raises(ValueError, match=r"vmin must be below vmax, got vmin=0.95 and vmax=0.9"):
+        heatmap.vmin = 0.95
+    with pytest.raises(ValueError, match=r"vmax must be a finite number or None, got inf"):
+        heatmap.vmax = float("inf")
+    with pytest.raises(ValueError, match=r"vmin must be below vmax, got vmin=2.0 and vmax=1.0"):
+        heatmap.set_state({"vmin": 2.0, "vmax": 1.0})  # what a page could send
+    assert (heatmap.vmin, heatmap.vmax, heatmap.scale) == (0.8, 0.9, "fixed")  # rolled back
+
+
 def test_scale_trait_checked_from_python_and_browser(heatmap):
     with pytest.raises(ValueError, match=r"scale must be one of .*got 'huge'"):
         heatmap.scale = "huge"
@@ -465,6 +478,8 @@ def test_compare_keeps_a_and_b_on_one_scale_whichever_scale_is_picked():
                 assert view.a._range(layer, head) == view.b._range(layer, head), (scale, layer, head)
     view.a.set_scale("map")
     assert view.a._range(1, 2) == (0.0, 1.0)  # A's head 1.2 is drawn on B's range: dimmer than B's, as it is
+    view.b.set_scale((0.8, 0.9))  # a fixed range above the other view's old one reaches it too
+    assert (view.a.scale, view.a.vmin, view.a.vmax) == ("fixed", 0.8, 0.9)
     view.diff.view = "lines"  # the view menu of any of the three
     assert view.a.view == view.b.view == "lines"
 
@@ -473,6 +488,9 @@ def test_compare_keeps_a_and_b_on_one_scale_whichever_scale_is_picked():
     (dict(b=maps(2, 3, 11, 10)), r"a has shape \(2, 3, 11, 11\) but b has shape \(2, 3, 11, 10\)"),
     (dict(names=("a",)), r"names must be two strings, got \('a',\)"),
     (dict(scale="map"), r"compare sets scale itself"),
+    (dict(raw_scores=True), r"compare sets raw_scores itself"),
+    (dict(a=maps(3, 11, 11), b=maps(3, 11, 11, seed=1)),
+     r"a and b must be \(layers, heads, Lq, Lk\) or \(Lq, Lk\), got shape \(3, 11, 11\)"),
 ])
 def test_compare_bad_input(kwargs, match):
     from attnlib.widget_compare import compare
