@@ -11,6 +11,8 @@ widget output is rewritten first:
   ``export_page`` writes into ``widgets/`` of the site (script, styles and data inline), with its
   labelled picture as the ``<noscript>`` fallback. A compare output becomes three such frames,
   linked as in Jupyter (layer, head and pins follow each other through ``postMessage``);
+* a cell with ``"jupyter": {"source_hidden": true}`` (an exercise's solution) gets myst-nb's
+  ``hide-input`` tag: its code is folded on the page too, its output shown;
 * any other widget output keeps its labelled picture (``text/html`` / ``image/png``), or its
   text (a tqdm bar's last line); the ``application/vnd.jupyter.widget-view+json`` entry is
   dropped, since rendering it would need require.js and the widget manager from a CDN.
@@ -99,9 +101,14 @@ def rewrite_outputs(nb: dict, stem: str, extra: Path) -> tuple[dict, dict]:
     """A copy of ``nb`` whose widget outputs the site can show (see the module docstring), and counts."""
     nb = copy.deepcopy(nb)
     nb["metadata"].pop("widgets", None)
-    stats = {"live": 0, "picture": 0, "text": 0}
+    stats = {"live": 0, "picture": 0, "text": 0, "hidden": 0}
     index = 0
     for cell in nb["cells"]:
+        if cell.get("metadata", {}).get("jupyter", {}).get("source_hidden"):  # an exercise's solution: folded
+            tags = cell["metadata"].setdefault("tags", [])                     # on the site too (myst-nb's tag)
+            if "hide-input" not in tags:
+                tags.append("hide-input")
+            stats["hidden"] += 1
         for out in cell.get("outputs", []):
             data = out.get("data")
             if not data or (VIEW_MIME not in data and EXPORT_MIME not in data):
@@ -182,6 +189,8 @@ def build(out: Path, jobs: str = "1") -> dict:
         if code != 0:
             raise SystemExit(f"sphinx-build failed with exit code {code}")
     (out / MARKER).write_text("built by tools/build_site.py\n")
+    if (out / "_sources").is_dir() and not any((out / "_sources").iterdir()):
+        (out / "_sources").rmdir()  # left empty by html_copy_source = False
     report["seconds"] = time.perf_counter() - t0
     pages = sorted(out.rglob("*.html"))
     report["largest"] = max(((page_bytes(p, out), p.relative_to(out).as_posix()) for p in pages))
@@ -208,7 +217,8 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     report = build(args.out, args.jobs)
     for stem, stats in report["notebooks"].items():
-        print(f"{stem:28s} live widgets {stats['live']:2d}  pictures {stats['picture']:2d}  text {stats['text']:2d}")
+        print(f"{stem:28s} live widgets {stats['live']:2d}  pictures {stats['picture']:2d}  text {stats['text']:2d}"
+              f"  folded solutions {stats['hidden']:2d}")
     size, page = report["largest"]
     print(f"largest page: {page}, {size / 1e6:.2f} MB with its images and widget pages")
     print(f"built {args.out} in {report['seconds']:.1f} s; open {args.out.resolve() / 'index.html'}")

@@ -51,7 +51,8 @@ def expected(nb_path: Path) -> dict:
             elif "image/png" in data:
                 pictures += 1
     maths = sum("".join(c["source"]).count("$") for c in nb["cells"] if c["cell_type"] == "markdown") > 0
-    return {"title": title, "pictures": pictures, "frames": frames, "maths": maths}
+    hidden = sum(1 for c in nb["cells"] if c["metadata"].get("jupyter", {}).get("source_hidden"))
+    return {"title": title, "pictures": pictures, "frames": frames, "maths": maths, "hidden": hidden}
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +176,8 @@ def test_page_offline(browser_context, server, site, artifacts, name):
             check_frames(page, want["frames"])
             if want["maths"]:
                 check_maths(page)
+            folded = page.locator("details.hide.above-input:not([open])")  # the exercises' solutions, code folded
+            assert folded.count() == want["hidden"], f"{folded.count()} folded cells, the notebook hides {want['hidden']}"
             nxt = NOTEBOOKS.index(ROOT / f"{name}.ipynb") + 1
             if nxt < len(NOTEBOOKS):  # navigation: a link to the next notebook
                 href = page.get_attribute("a.right-next", "href")
