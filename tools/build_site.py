@@ -185,9 +185,9 @@ def build(out: Path, jobs: str = "1") -> dict:
             nb, stats = rewrite_outputs(json.loads(path.read_text(encoding="utf-8")), path.stem, extra)
             (src / "notebooks" / path.name).write_text(json.dumps(nb), encoding="utf-8")
             report["notebooks"][path.stem] = stats
-        code = build_main(["-b", "html", "-q", "-E", "-j", jobs, "-d", str(Path(tmp) / "doctrees"), str(src), str(out)])
+        code = build_main(["-b", "html", "-q", "-W", "--keep-going", "-E", "-j", jobs, "-d", str(Path(tmp) / "doctrees"), str(src), str(out)])
         if code != 0:
-            raise SystemExit(f"sphinx-build failed with exit code {code}")
+            raise SystemExit(f"sphinx-build failed with exit code {code} (every Sphinx warning is an error: see above)")
     (out / MARKER).write_text("built by tools/build_site.py\n")
     if (out / "_sources").is_dir() and not any((out / "_sources").iterdir()):
         (out / "_sources").rmdir()  # left empty by html_copy_source = False
