@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-torch-$(TORCH)
 # Jupyter refuses to start as root unless told; only add the flag when we really are root (containers, CI).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: install lab test unit notebooks browser execute benchmark models lock clean
+.PHONY: install lab test unit notebooks browser execute benchmark models site lock clean
 
 install: $(STAMP)
 
@@ -51,6 +51,11 @@ execute: install
 
 benchmark: install
 	$(PY) benchmarks/attention_benchmark.py
+
+## The static site of the series, from the notebooks as committed (no re-execution), into build/site/
+## (open build/site/index.html; publish the folder as it is, see the README's "The site").
+site: install
+	$(PY) tools/build_site.py --out build/site
 
 ## Retrain the small models saved in data/ (notebooks 02, 07, 10 and 11 save them when they run).
 models: install
