@@ -32,8 +32,9 @@ _EXPORTS = {  # module -> the public names it gives the package
     "rnn_attention": ["AdditiveAttention", "LuongAttention"],
     "seq2seq": ["AttentionDecoder", "Decoder", "DecoderState", "Encoder", "Seq2Seq", "beam_search", "greedy_decode",
                 "load_seq2seq", "save_seq2seq"],
-    "training": ["History", "evaluate_seq2seq", "get_device", "progress_bar", "seed_everything", "sequence_accuracy",
-                 "teacher_forcing_ratio", "token_accuracy", "train_seq2seq"],
+    "runtime": ["eval_mode", "get_device", "progress_bar", "seed_everything"],
+    "training": ["History", "evaluate_seq2seq", "sequence_accuracy", "teacher_forcing_ratio", "token_accuracy",
+                 "train_seq2seq"],
     "parallel": ["fork_is_safe", "parallel_map"],
     "minilm": ["MiniLM", "MiniLMOutput", "WordPieceTokenizer", "load_minilm"],
     "plotting": ["plot_curves", "plot_heads", "plot_heatmap"],
@@ -93,7 +94,8 @@ if TYPE_CHECKING:  # for editors and type checkers: the same names, imported eag
                           load_seq2seq, save_seq2seq)
     from .tagger import TaggerConfig, TransformerTagger
     from .parallel import fork_is_safe, parallel_map
-    from .training import (History, evaluate_seq2seq, get_device, progress_bar, seed_everything, sequence_accuracy,
-                           teacher_forcing_ratio, token_accuracy, train_seq2seq)
+    from .runtime import eval_mode, get_device, progress_bar, seed_everything
+    from .training import (History, evaluate_seq2seq, sequence_accuracy, teacher_forcing_ratio, token_accuracy,
+                           train_seq2seq)
     from .transformer import FeedForward, TransformerBlock, TransformerEncoder
     from .widgets import AttentionExplorer, AttentionHeatmap

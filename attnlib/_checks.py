@@ -120,3 +120,15 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Size:
             "do not broadcast together"
         ) from None
 
+
+
+def to_numpy(x: object, name: str):
+    """A float64 NumPy copy of a tensor, an array or a nested list; a ValueError naming ``name`` otherwise."""
+    import numpy as np
+
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu", torch.float64).numpy()
+    try:
+        return np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a torch.Tensor or a NumPy array of numbers, got {type(x).__name__}") from err

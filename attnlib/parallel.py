@@ -11,7 +11,7 @@ from typing import Sequence
 
 import torch
 
-from .training import progress_bar
+from .runtime import progress_bar
 
 __all__ = ["fork_is_safe", "parallel_map"]
 
