@@ -40,8 +40,8 @@ _EXPORTS = {  # module -> the public names it gives the package
     "plotting": ["plot_curves", "plot_heads", "plot_heatmap"],
     "widgets": ["AttentionExplorer", "AttentionHeatmap"],
     "widget_compare": ["AttentionCompare", "compare"],
-    "decoder": ["Seq2SeqTransformer", "Seq2SeqTransformerConfig", "TransformerDecoderBlock", "evaluate_transformer",
-                "sequence_loss"],
+    "decoder": ["TransformerDecoderBlock"],
+    "seq2seq_transformer": ["Seq2SeqTransformer", "Seq2SeqTransformerConfig", "evaluate_transformer", "sequence_loss"],
     "gpt": ["GPT", "GPTConfig", "KVCache", "sample_next"],
     "tiled": ["online_softmax", "online_softmax_stats", "tiled_attention"],
     "rotary": ["RotaryEmbedding"],
@@ -73,8 +73,8 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for editors and type checkers: the same names, imported eagerly
     from .attention import causal_mask, masked_softmax, padding_mask, scaled_dot_product_attention, sliding_window_mask
-    from .decoder import (Seq2SeqTransformer, Seq2SeqTransformerConfig, TransformerDecoderBlock, evaluate_transformer,
-                          sequence_loss)
+    from .decoder import TransformerDecoderBlock
+    from .seq2seq_transformer import Seq2SeqTransformer, Seq2SeqTransformerConfig, evaluate_transformer, sequence_loss
     from .gpt import GPT, GPTConfig, KVCache, sample_next
     from .gqa import GroupedQueryAttention
     from .rotary import RotaryEmbedding

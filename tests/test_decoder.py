@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from torch import nn
 
 from attnlib import causal_mask, make_dates
-from attnlib.decoder import (Seq2SeqTransformer, Seq2SeqTransformerConfig, TransformerDecoderBlock,
-                             evaluate_transformer, sequence_loss)
+from attnlib.decoder import TransformerDecoderBlock
+from attnlib.seq2seq_transformer import Seq2SeqTransformer, Seq2SeqTransformerConfig, evaluate_transformer, sequence_loss
 
 ATOL = 1e-5
 D, H, FF = 32, 4, 64

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlib.decoder import Seq2SeqTransformer, Seq2SeqTransformerConfig
+from attnlib.seq2seq_transformer import Seq2SeqTransformer, Seq2SeqTransformerConfig
 from attnlib.exercises import check
 
 TGT = torch.tensor([[5, 6, 7, 2, 0], [8, 9, 2, 0, 0], [3, 4, 5, 6, 2]])  # targets end with <eos> = 2, pad = 0

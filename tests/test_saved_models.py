@@ -186,7 +186,7 @@ DATE_TF_TOKEN_FLOOR = 0.95
 
 @pytest.fixture(scope="module")
 def date_transformer():
-    from attnlib.decoder import Seq2SeqTransformer
+    from attnlib.seq2seq_transformer import Seq2SeqTransformer
 
     return Seq2SeqTransformer.load(saved_file(DATE_TF_FILE))
 
@@ -203,7 +203,7 @@ def test_date_transformer_metadata(date_transformer):
 
 
 def test_date_transformer_accuracy_on_fresh_dates(date_transformer):
-    from attnlib.decoder import evaluate_transformer
+    from attnlib.seq2seq_transformer import evaluate_transformer
 
     model, extra = date_transformer
     scores = evaluate_transformer(model, attnlib.make_dates(DATE_SIZE, seed=DATE_SEED))
