@@ -53,7 +53,7 @@ benchmark: install
 	$(PY) benchmarks/attention_benchmark.py
 
 ## The static site of the series, from the notebooks as committed (no re-execution), into build/site/
-## (open build/site/index.html; publish the folder as it is, see the README's "The site").
+## (open build/site/index.html; publish the folder as it is: see site/the-site.md).
 site: install
 	$(PY) tools/build_site.py --out build/site
 

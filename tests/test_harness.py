@@ -8,6 +8,7 @@
   there is no NVIDIA GPU.
 * The browser tests find Chromium or Chrome wherever it usually lives, and any true ``CI``
   makes a missing browser a failure.
+* The README links every page of the site (``site/*.md``) and lists every notebook.
 """
 from __future__ import annotations
 
@@ -101,6 +102,26 @@ def test_readme_states_the_same_minimum_python():
     assert not re.search(r"Python 3\.(?:[0-9]|10)\+", readme), "the README still claims an older minimum"
 
 
+def test_readme_links_reach_the_site_pages_and_lists_every_notebook():
+    """The README is a page: what it left out lives on the site's pages (site/*.md), each linked from it by a
+    relative link that works on GitHub too; its table names every notebook there is."""
+    readme = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(([^)#\s]+)(?:#([^)]*))?\)", readme)
+    local = [link for link, _ in links if "://" not in link]
+    assert [link for link in local if not (ROOT / link).is_file()] == [], "README links to files that do not exist"
+    for link, anchor in links:  # an anchor is a heading of the page, slugged as GitHub and MyST both do
+        if anchor and "://" not in link:
+            headings = re.findall(r"^#+ (.+)$", (ROOT / link).read_text(), re.MULTILINE)
+            slugs = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+            assert anchor in slugs, f"README links to {link}#{anchor}, which has no such heading: {sorted(slugs)}"
+    pages = {p.relative_to(ROOT).as_posix() for p in (ROOT / "site").glob("*.md") if p.stem != "index"}
+    assert pages, "no site pages found"
+    assert pages - set(local) == set(), "site pages the README does not link"
+    numbers = {p.name[:2] for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+    listed = set(re.findall(r"^\| (\d\d) \|", readme, re.MULTILINE))
+    assert numbers - listed == set(), "notebooks missing from the README's table"
+
+
 @pytest.mark.parametrize("version, ok", [("3.9.18", False), ("3.10.12", False), ("3.11.4", False), ("3.11.5", True),
                                          ("3.12.0", True), ("3.13.1", True)])
 def test_check_python_judges_the_version(version, ok):
@@ -112,7 +133,7 @@ def test_check_python_judges_the_version(version, ok):
         assert "Traceback" not in out.stderr
 
 
-@pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine (Windows): README gives the commands")
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine (Windows): site/install.md gives the commands")
 def test_make_refuses_an_old_python_before_creating_anything(tmp_path):
     fake = tmp_path / "python3.10"  # answers the version check as an old Python would; fails loudly otherwise
     fake.write_text(f'#!/bin/sh\n[ "$1" = tools/check_python.py ] && exec "{sys.executable}" "$1" 3.10.12\nexit 99\n')

@@ -94,15 +94,19 @@ def test_stored_outputs_name_no_path_of_this_machine(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_every_exercise_is_attempt_check_and_collapsed_solution(path):
-    """The learner's attempt runs as shipped, the check says "not attempted yet", the solution is folded away
-    and passes the same check (the stored outputs show both)."""
+    """The learner's attempt runs as shipped, the check says "not attempted yet", the solution is folded away,
+    its output too (the output is the answer: Jupyter and the site hide both), and passes the same check (the
+    stored outputs show both)."""
     cells = code_cells(load(path))
     solutions = [i for i, c in enumerate(cells) if "".join(c["source"]).startswith("# Solution")]
     assert solutions, "no exercise solutions found (cells starting '# Solution')"
     for i in solutions:
         sol, checked, attempt = cells[i], cells[i - 1], cells[i - 2]
         where = f"code cell {i}"
-        assert sol["metadata"].get("jupyter", {}).get("source_hidden") is True, f"{where}: the solution is not collapsed"
+        folded = sol["metadata"].get("jupyter", {})
+        assert folded.get("source_hidden") is True, f"{where}: the solution is not collapsed"
+        assert folded.get("outputs_hidden") is True, \
+            f"{where}: the solution's output is on screen; its metadata needs \"jupyter\": {{\"outputs_hidden\": true}}"
         assert "assert check(" in "".join(sol["source"]), f"{where}: the solution does not assert its own check"
         assert any("] correct: " in t for t in output_texts(sol)), f"{where}: the stored solution does not pass its check"
         assert "check(" in "".join(checked["source"]), f"{where}: the cell before a solution must be the check"

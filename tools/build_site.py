@@ -11,11 +11,21 @@ widget output is rewritten first:
   ``export_page`` writes into ``widgets/`` of the site (script, styles and data inline), with its
   labelled picture as the ``<noscript>`` fallback. A compare output becomes three such frames,
   linked as in Jupyter (layer, head and pins follow each other through ``postMessage``);
-* a cell with ``"jupyter": {"source_hidden": true}`` (an exercise's solution) gets myst-nb's
-  ``hide-input`` tag: its code is folded on the page too, its output shown;
+* a cell folded in Jupyter stays folded on the page, through myst-nb's cell tags: with
+  ``"jupyter": {"source_hidden": true, "outputs_hidden": true}`` (an exercise's solution) its
+  code and its output go into one fold, closed until the reader opens it ("Show the solution",
+  tag ``hide-cell``); with only one of the two, that part alone is folded (``hide-input`` /
+  ``hide-output``). A solution cell (code starting ``# Solution``) whose output is not hidden
+  is reported, since its answer would be on screen;
 * any other widget output keeps its labelled picture (``text/html`` / ``image/png``), or its
   text (a tqdm bar's last line); the ``application/vnd.jupyter.widget-view+json`` entry is
   dropped, since rendering it would need require.js and the widget manager from a CDN.
+
+The index groups the notebooks into the series' parts by number (``PARTS``): each part gets
+its table (title and the notebook's "By the end you will ..." sentence) and its toctree, so a
+new notebook (``notebooks/NN_*.ipynb``) appears without editing ``site/index.md``. The other
+pages of ``site/`` (installing, tests, widgets, timings, ...) are plain Markdown, listed in the
+toctree of ``site/index.md``.
 
 Nothing is fetched: the theme, the search index and MathJax (``sphinx-mathjax-offline``) are
 local files, so the site opens from ``file://`` and from any static web server.
@@ -64,11 +74,23 @@ FRAME_SCRIPT = """<script>
 """
 
 
+def widget_api():
+    """(EXPORT_MIME, export_page) from attnlib: the widget sub-package ``attnlib.viz`` (after the
+    consolidation of the widget modules), else the flat modules it replaces."""
+    import importlib
+
+    for widgets, render in (("attnlib.viz.widgets", "attnlib.viz.render"), ("attnlib.widgets", "attnlib.widget_render")):
+        try:
+            return importlib.import_module(widgets).EXPORT_MIME, importlib.import_module(render).export_page
+        except ModuleNotFoundError as err:
+            if not (err.name or "").startswith("attnlib."):
+                raise  # attnlib is there but something it imports is missing
+    raise ModuleNotFoundError("attnlib has neither attnlib.viz.widgets/render nor attnlib.widgets/widget_render")
+
+
 def widget_page(payload: dict) -> str:
     """The kernel-free page of one exported widget, plus the frame script."""
-    from attnlib.widget_render import export_page
-
-    page = export_page(payload)
+    page = widget_api()[1](payload)
     if "</body></html>" not in page:
         raise ValueError("export_page no longer ends in '</body></html>'; tools/build_site.py must follow it")
     return page.replace("</body></html>", FRAME_SCRIPT + "</body></html>")
@@ -97,18 +119,44 @@ def live_output(payload: dict, png: str | None, stem: str, index: int, extra: Pa
             f"hover a token, click to pin it (Escape unpins), switch layer and head.{linked}</p></div>")
 
 
+SOLUTION = "# Solution"  # how an exercise's solution cell starts (tests/test_notebooks.py checks the form)
+SOLUTION_PROMPTS = {"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+
+
+def fold(cell: dict, stats: dict) -> None:
+    """Give a cell folded in Jupyter (``metadata.jupyter``) the myst-nb tag that folds the same parts on the page.
+
+    source_hidden and outputs_hidden: ``hide-cell`` (code and output in one closed fold); one of the
+    two: ``hide-input`` or ``hide-output``. Counts the folded solutions in ``stats["hidden"]`` and
+    the solutions whose output would be on screen in ``stats["answers_shown"]``.
+    """
+    if cell.get("cell_type") != "code":
+        return
+    meta = cell.setdefault("metadata", {})
+    hidden = meta.get("jupyter", {})
+    source, outputs = bool(hidden.get("source_hidden")), bool(hidden.get("outputs_hidden"))
+    solution = "".join(cell.get("source", [])).lstrip().startswith(SOLUTION)
+    tag = {(True, True): "hide-cell", (True, False): "hide-input", (False, True): "hide-output"}.get((source, outputs))
+    if tag is None:
+        return
+    tags = meta.setdefault("tags", [])
+    if tag not in tags:
+        tags.append(tag)
+    if solution:
+        meta.setdefault("mystnb", {}).update(SOLUTION_PROMPTS)  # the fold's label, instead of "Show code cell content"
+        stats["hidden"] += 1
+        if not outputs and cell.get("outputs"):
+            stats["answers_shown"] += 1
+
+
 def rewrite_outputs(nb: dict, stem: str, extra: Path) -> tuple[dict, dict]:
     """A copy of ``nb`` whose widget outputs the site can show (see the module docstring), and counts."""
     nb = copy.deepcopy(nb)
     nb["metadata"].pop("widgets", None)
-    stats = {"live": 0, "picture": 0, "text": 0, "hidden": 0}
+    stats = {"live": 0, "picture": 0, "text": 0, "hidden": 0, "answers_shown": 0}
     index = 0
     for cell in nb["cells"]:
-        if cell.get("metadata", {}).get("jupyter", {}).get("source_hidden"):  # an exercise's solution: folded
-            tags = cell["metadata"].setdefault("tags", [])                     # on the site too (myst-nb's tag)
-            if "hide-input" not in tags:
-                tags.append("hide-input")
-            stats["hidden"] += 1
+        fold(cell, stats)
         for out in cell.get("outputs", []):
             data = out.get("data")
             if not data or (VIEW_MIME not in data and EXPORT_MIME not in data):
@@ -132,10 +180,29 @@ def rewrite_outputs(nb: dict, stem: str, extra: Path) -> tuple[dict, dict]:
 
 
 MAP_MARKER = "<!-- series-map:"
+PARTS = [  # (first and last notebook number, toctree caption, what the part does: a sentence for the index)
+    (0, 9, "Part I: from seq2seq to the transformer",
+     "Part I goes from the bottleneck of an RNN encoder-decoder to a transformer block, and then looks inside "
+     "the trained models and a real pretrained one."),
+    (10, 12, "Part II: generating, and attention at scale",
+     "Part II builds the transformers that generate and the tricks that make attention scale."),
+    (13, 99, "Part III: a real modern LLM",
+     "Part III runs a real modern LLM, SmolLM2-135M, through the series' own code: its file, its KV cache, "
+     "its induction heads and its attention sinks."),
+]
 
 
-def series_map(notebooks: list[Path]) -> str:
-    """A Markdown table of the series: number, title (linked) and the notebook's first sentence."""
+def part_of(path: Path) -> int:
+    """Index in PARTS of the part that holds notebook ``NN_*.ipynb``."""
+    number = int(path.name[:2])
+    for k, (first, last, _, _) in enumerate(PARTS):
+        if first <= number <= last:
+            return k
+    raise ValueError(f"{path.name}: notebook {number} belongs to no part of PARTS in tools/build_site.py")
+
+
+def map_rows(notebooks: list[Path]) -> list[str]:
+    """One table row per notebook: number, title (linked) and the first cell's "By the end you will ..." sentence."""
     import re
 
     rows = ["| # | notebook | by the end you will ... |", "|---|---|---|"]
@@ -151,16 +218,30 @@ def series_map(notebooks: list[Path]) -> str:
         number, _, name = title.partition("·")
         rows.append(f"| {number.strip()} | [{name.strip() or title}](notebooks/{path.name}) | "
                     f"{promise.group(1).replace('|', '/').replace('**', '')} |")
-    return "\n".join(rows) + "\n"
+    return rows
 
 
-def build(out: Path, jobs: str = "1") -> dict:
-    """Build the site into ``out`` (replaced if it is an earlier build); return counts and sizes."""
-    import attnlib.widgets
+def series_map(notebooks: list[Path]) -> str:
+    """The series by part: a heading, the part's sentence, its table and its (hidden) toctree; empty parts left out."""
+    blocks = []
+    for k, (_, _, caption, sentence) in enumerate(PARTS):
+        members = [p for p in notebooks if part_of(p) == k]
+        if not members:
+            continue
+        toctree = "\n".join(["```{toctree}", f':caption: "{caption}"', ":maxdepth: 1", ":hidden:", "",
+                             *(f"notebooks/{p.stem}" for p in members), "```"])
+        blocks.append(f"### {caption}\n\n{sentence}\n\n" + "\n".join(map_rows(members)) + f"\n\n{toctree}\n")
+    return "\n".join(blocks)
+
+
+def build(out: Path, jobs: str = "1", notebooks_dir: Path = NOTEBOOKS) -> dict:
+    """Build the site into ``out`` (replaced if it is an earlier build) from ``notebooks_dir/NN_*.ipynb``;
+    return counts and sizes."""
     from sphinx.cmd.build import build_main
 
-    if attnlib.widgets.EXPORT_MIME != EXPORT_MIME:
-        raise ValueError(f"EXPORT_MIME is {attnlib.widgets.EXPORT_MIME!r} in attnlib but {EXPORT_MIME!r} here")
+    mime = widget_api()[0]
+    if mime != EXPORT_MIME:
+        raise ValueError(f"EXPORT_MIME is {mime!r} in attnlib but {EXPORT_MIME!r} here")
     out = out.resolve()
     if out.exists():
         if not (out / MARKER).exists():
@@ -174,7 +255,9 @@ def build(out: Path, jobs: str = "1") -> dict:
         extra = src / "_extra"
         (extra / "widgets").mkdir(parents=True)
         (src / "notebooks").mkdir()
-        notebooks = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+        notebooks = sorted(Path(notebooks_dir).glob("[0-9][0-9]_*.ipynb"))
+        if not notebooks:
+            raise ValueError(f"no notebooks NN_*.ipynb in {notebooks_dir}")
         index = (src / "index.md").read_text(encoding="utf-8").splitlines(keepends=True)
         at = [i for i, line in enumerate(index) if line.startswith(MAP_MARKER)]
         if len(at) != 1:
@@ -213,12 +296,17 @@ def page_bytes(page: Path, out: Path) -> int:
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "site")
+    parser.add_argument("--notebooks", type=Path, default=NOTEBOOKS, help="folder of the NN_*.ipynb to show (default notebooks/)")
     parser.add_argument("-j", "--jobs", default="1", help="sphinx-build -j (default 1: sphinx-mathjax-offline is not marked safe for parallel reading)")
     args = parser.parse_args(argv)
-    report = build(args.out, args.jobs)
+    report = build(args.out, args.jobs, args.notebooks)
     for stem, stats in report["notebooks"].items():
         print(f"{stem:28s} live widgets {stats['live']:2d}  pictures {stats['picture']:2d}  text {stats['text']:2d}"
               f"  folded solutions {stats['hidden']:2d}")
+    shown = {stem: stats["answers_shown"] for stem, stats in report["notebooks"].items() if stats["answers_shown"]}
+    if shown:
+        print(f"warning: solutions whose output (the answer) is on the page, for want of "
+              f'"outputs_hidden": true in their cell metadata: {shown}', file=sys.stderr)
     size, page = report["largest"]
     print(f"largest page: {page}, {size / 1e6:.2f} MB with its images and widget pages")
     print(f"built {args.out} in {report['seconds']:.1f} s; open {args.out.resolve() / 'index.html'}")

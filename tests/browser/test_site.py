@@ -1,10 +1,13 @@
 """The static site (``make site``, tools/build_site.py) built into a temporary folder and opened in Chromium.
 
 Served by a local http.server on 127.0.0.1, every request that is not for that server is
-recorded and aborted. Every page must then load with no such attempt and no console error,
-show its title, its figures and its live widgets, render its maths, and link to the next
-notebook; on notebook 08's page hovering and pinning a token changes the explorer. One page
-is also opened from ``file://``. A screenshot of each page goes to ``test-artifacts/``.
+recorded and aborted. Every page must then load with no such attempt and no console error.
+A notebook's page must show its title, its figures and its live widgets, render its maths,
+keep every exercise's solution folded (its code and its output, the answer, hidden until the
+fold is opened) and link to the next notebook; the landing page names every part of the
+series that has a notebook; on notebook 08's page hovering and pinning a token changes the
+explorer. The other pages of ``site/`` (installing, tests, widgets, ...) load the same way.
+One page is also opened from ``file://``. A screenshot of each page goes to ``test-artifacts/``.
 """
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ pytestmark = [pytest.mark.browser,  # the pinned themes still use an app attribu
 
 EXPORT_MIME = "application/vnd.attnlib.widget+json"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+DOC_PAGES = sorted(p.stem for p in (ROOT / "site").glob("*.md") if p.stem != "index")  # installing, tests, ...
+SOLUTION = "# Solution"  # how an exercise's solution cell starts
 FIRST_RENDER_MS = 1000  # the issue's budget for a page's first contentful paint (median of LOADS loads)
 LOADS = 3  # the first load (empty cache for the first page) and two reloads: one load alone is noisy on a shared machine
 BUILD_SECONDS = 120  # the issue's budget for building the site
@@ -55,7 +60,9 @@ def expected(nb_path: Path) -> dict:
                 pictures += 1
     maths = sum("".join(c["source"]).count("$") for c in nb["cells"] if c["cell_type"] == "markdown") > 0
     hidden = sum(1 for c in nb["cells"] if c["metadata"].get("jupyter", {}).get("source_hidden"))
-    return {"title": title, "pictures": pictures, "frames": frames, "maths": maths, "hidden": hidden}
+    solutions = sum(1 for c in nb["cells"] if c["cell_type"] == "code" and "".join(c["source"]).startswith(SOLUTION))
+    return {"title": title, "pictures": pictures, "frames": frames, "maths": maths, "hidden": hidden,
+            "solutions": solutions}
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +148,32 @@ def check_frames(page, n: int) -> None:
         assert frame.bounding_box()["height"] >= inner, (i, frame.bounding_box(), inner)
 
 
+def check_solutions(page, n: int) -> None:
+    """Every exercise's solution is folded, code and output together: none of it is visible (the answer is not on
+    screen) until the reader opens its fold, and then all of it is, with the check saying "correct"."""
+    where = page.evaluate("""(mark) => [...document.querySelectorAll('div.cell')].flatMap((cell, i) => {
+      const code = cell.querySelector('.cell_input');
+      return code && code.textContent.trimStart().startsWith(mark) ? [i] : [];
+    })""", SOLUTION)
+    assert len(where) == n, f"{len(where)} solution cells on the page, the notebook has {n}"
+    for k, i in enumerate(where):
+        cell = page.locator("div.cell").nth(i)
+        code, output = cell.locator(".cell_input"), cell.locator(".cell_output")
+        assert output.count() == 1, f"solution {k + 1}: {output.count()} output areas"
+        folds = cell.locator("details.hide")
+        assert folds.count() >= 1 and all(folds.nth(j).get_attribute("open") is None for j in range(folds.count())), \
+            f"solution {k + 1}: not folded, or its fold is open before a click"
+        cell.scroll_into_view_if_needed()
+        assert not code.is_visible(), f"solution {k + 1}: its code is on screen before the fold is opened"
+        assert not output.is_visible(), \
+            f"solution {k + 1}: its output (the answer) is on screen before the fold is opened"
+        for j in range(folds.count()):  # one fold (hide-cell) holds both; opening it shows the answer
+            folds.nth(j).locator("summary").first.click()
+        expect(code).to_be_visible()
+        expect(output).to_be_visible()
+        assert "correct" in output.inner_text(), f"solution {k + 1}: its opened output does not say 'correct'"
+
+
 def check_images(page) -> int:
     page.wait_for_function("[...document.images].every((i) => i.complete)")
     broken = page.evaluate("[...document.images].filter((i) => !i.naturalWidth).map((i) => i.src)")
@@ -161,7 +194,7 @@ def test_site_builds_within_budget(site):
         assert got["live"] == exports, (nb.stem, got, exports)
 
 
-@pytest.mark.parametrize("name", ["index", "search", "genindex"] + [f"notebooks/{p.stem}" for p in NOTEBOOKS])
+@pytest.mark.parametrize("name", ["index", "search", "genindex"] + DOC_PAGES + [f"notebooks/{p.stem}" for p in NOTEBOOKS])
 def test_page_offline(browser_context, server, site, artifacts, name):
     page, attempted, errors = open_guarded(browser_context, f"{server}/{name}.html", server + "/")
     try:
@@ -172,13 +205,14 @@ def test_page_offline(browser_context, server, site, artifacts, name):
             want = expected(ROOT / f"{name}.ipynb")
             assert title.startswith(want["title"]), (title, want["title"])
             assert page.locator("article h1").first.inner_text().strip().rstrip("#").strip() == want["title"]
+            folded = page.locator("details.hide.above-input:not([open])")  # cells whose code Jupyter folds
+            assert folded.count() == want["hidden"], f"{folded.count()} folded cells, the notebook hides {want['hidden']}"
+            check_solutions(page, want["solutions"])  # opens them: a widget in a solution's output is then visible
             shown = check_images(page)
             assert shown >= want["pictures"], f"{shown} figures on the page, the notebook has {want['pictures']}"
             check_frames(page, want["frames"])
             if want["maths"]:
                 check_maths(page)
-            folded = page.locator("details.hide.above-input:not([open])")  # the exercises' solutions, code folded
-            assert folded.count() == want["hidden"], f"{folded.count()} folded cells, the notebook hides {want['hidden']}"
             nxt = NOTEBOOKS.index(ROOT / f"{name}.ipynb") + 1
             if nxt < len(NOTEBOOKS):  # navigation: a link to the next notebook
                 href = page.get_attribute("a.right-next", "href")
@@ -186,6 +220,13 @@ def test_page_offline(browser_context, server, site, artifacts, name):
         elif name == "index":
             for nb in NOTEBOOKS:  # the map links every notebook
                 assert page.locator(f"article a[href='notebooks/{nb.stem}.html']").count() >= 1, nb.stem
+            builder = load_builder()  # the parts of the series: navigation names each one that has a notebook
+            parts = {caption for _, _, caption, _ in builder.PARTS}
+            want_parts = {builder.PARTS[builder.part_of(nb)][2] for nb in NOTEBOOKS}
+            captions = set(page.locator(".caption-text").all_inner_texts())
+            assert captions & parts == want_parts, f"navigation names the parts {captions & parts}, expected {want_parts}"
+            for doc in DOC_PAGES:  # and the pages about working with the series
+                assert page.locator(f"a[href='{doc}.html']").count() >= 1, doc
         page.screenshot(path=str(artifacts / f"site_{name.replace('/', '_')}.png"))
         for _ in range(LOADS - 1):
             page.reload(wait_until="load")
