@@ -22,10 +22,10 @@ __version__ = "0.1.0"
 
 _EXPORTS = {  # module -> the public names it gives the package
     "attention": ["causal_mask", "padding_mask", "scaled_dot_product_attention", "masked_softmax", "sliding_window_mask"],
-    "multihead": ["MultiHeadAttention"],
-    "positional": ["LearnedPositionalEncoding", "LearnedPositionalEmbedding", "SinusoidalPositionalEncoding",
-                   "sinusoidal_encoding"],
-    "transformer": ["FeedForward", "TransformerBlock", "TransformerEncoder"],
+    "multihead": ["KVCache", "MultiHeadAttention"],
+    "positional": ["LearnedPositionalEncoding", "RotaryEmbedding", "SinusoidalPositionalEncoding", "sinusoidal_encoding"],
+    "layers": ["FeedForward", "RMSNorm", "SwiGLU"],
+    "transformer": ["TransformerBlock", "TransformerEncoder"],
     "tagger": ["TaggerConfig", "TransformerTagger"],
     "data": ["Batch", "Seq2SeqData", "Vocab", "batches", "format_date", "make_copy", "make_dates", "make_reversal",
              "make_sorting"],
@@ -42,10 +42,9 @@ _EXPORTS = {  # module -> the public names it gives the package
     "widget_compare": ["AttentionCompare", "compare"],
     "decoder": ["TransformerDecoderBlock"],
     "seq2seq_transformer": ["Seq2SeqTransformer", "Seq2SeqTransformerConfig", "evaluate_transformer", "sequence_loss"],
-    "gpt": ["GPT", "GPTConfig", "KVCache", "sample_next"],
+    "gpt": ["GPT", "GPTConfig"],
+    "sampling": ["sample_next"],
     "tiled": ["online_softmax", "online_softmax_stats", "tiled_attention"],
-    "rotary": ["RotaryEmbedding"],
-    "gqa": ["GroupedQueryAttention"],
     "paths": ["model_path", "save_path"],
     "exercises": ["check"],
 }
@@ -75,20 +74,19 @@ if TYPE_CHECKING:  # for editors and type checkers: the same names, imported eag
     from .attention import causal_mask, masked_softmax, padding_mask, scaled_dot_product_attention, sliding_window_mask
     from .decoder import TransformerDecoderBlock
     from .seq2seq_transformer import Seq2SeqTransformer, Seq2SeqTransformerConfig, evaluate_transformer, sequence_loss
-    from .gpt import GPT, GPTConfig, KVCache, sample_next
-    from .gqa import GroupedQueryAttention
-    from .rotary import RotaryEmbedding
+    from .gpt import GPT, GPTConfig
+    from .layers import FeedForward, RMSNorm, SwiGLU
+    from .sampling import sample_next
     from .tiled import online_softmax, online_softmax_stats, tiled_attention
     from .widget_compare import AttentionCompare, compare
     from .data import (Batch, Seq2SeqData, Vocab, batches, format_date, make_copy, make_dates, make_reversal,
                        make_sorting)
     from .exercises import check
     from .minilm import MiniLM, MiniLMOutput, WordPieceTokenizer, load_minilm
-    from .multihead import MultiHeadAttention
+    from .multihead import KVCache, MultiHeadAttention
     from .paths import model_path, save_path
     from .plotting import plot_curves, plot_heads, plot_heatmap
-    from .positional import (LearnedPositionalEmbedding, LearnedPositionalEncoding, SinusoidalPositionalEncoding,
-                             sinusoidal_encoding)
+    from .positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding, sinusoidal_encoding
     from .rnn_attention import AdditiveAttention, LuongAttention
     from .seq2seq import (AttentionDecoder, Decoder, DecoderState, Encoder, Seq2Seq, beam_search, greedy_decode,
                           load_seq2seq, save_seq2seq)
@@ -97,5 +95,5 @@ if TYPE_CHECKING:  # for editors and type checkers: the same names, imported eag
     from .runtime import eval_mode, get_device, progress_bar, seed_everything
     from .training import (History, evaluate_seq2seq, sequence_accuracy, teacher_forcing_ratio, token_accuracy,
                            train_seq2seq)
-    from .transformer import FeedForward, TransformerBlock, TransformerEncoder
+    from .transformer import TransformerBlock, TransformerEncoder
     from .widgets import AttentionExplorer, AttentionHeatmap

@@ -1,4 +1,5 @@
-"""Scaled dot-product attention, written out step by step, the package's one masked softmax, and the two masks.
+"""Scaled dot-product attention, written out step by step and through PyTorch's fused kernel, the package's one
+masked softmax, and the masks.
 
 Masks are boolean and **True means "may attend"**, the same convention as the boolean
 ``attn_mask`` of ``torch.nn.functional.scaled_dot_product_attention``. (Beware: the
@@ -131,3 +132,29 @@ def sliding_window_mask(n: int, window: int, device: torch.device | str | None =
             raise ValueError(f"sliding_window_mask needs a positive int {name}, got {value!r}")
     offset = torch.arange(n, device=device)[:, None] - torch.arange(n, device=device)[None, :]  # (n, n): i - j
     return (offset >= 0) & (offset < window)
+
+
+def fused_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, dropout_p: float = 0.0,
+    is_causal: bool = False,
+) -> torch.Tensor:
+    """The output of :func:`scaled_dot_product_attention` (no weights), from PyTorch's fused kernel.
+
+    Same shapes and mask convention (bool, True = may attend); the ``(Lq, Lk)`` weights are never
+    stored, so memory stays O(L) instead of O(L^2). ``k`` and ``v`` may have fewer heads than ``q``
+    (``(B, g, Lk, d)`` against ``(B, h, Lq, d)``, h a multiple of g): query head i then reads key/value
+    head ``i // (h // g)`` (grouped-query attention). ``is_causal=True`` (with no mask) is the causal
+    mask without building it. Inputs are not re-checked here: ``MultiHeadAttention(need_weights=False)``
+    checks them and calls this.
+    """
+    gqa = q.dim() == 4 and k.shape[1] != q.shape[1]
+    extra = {"enable_gqa": True} if gqa else {}
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=is_causal, **extra)
+    row_has_key = mask.any(dim=-1, keepdim=True)
+    if row_has_key.all():  # the usual case (causal, padding): every query has a key
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, **extra)
+    # Some PyTorch versions return NaN for a query with no allowed key; let such rows
+    # see every key, then zero them, to match the teaching version.
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~row_has_key, dropout_p=dropout_p, **extra)
+    return out.masked_fill(~row_has_key, 0.0)

@@ -4,45 +4,18 @@
 ``nn.TransformerDecoderLayer`` with the same weights (:meth:`TransformerDecoderBlock.copy_from_torch`).
 The model that stacks it is :class:`attnlib.Seq2SeqTransformer` (``seq2seq_transformer.py``).
 
-Masks are bool, True = may attend, and are 2-D ``(Lq, Lk)`` or 4-D ``(B or 1, h or 1, Lq, Lk)``.
+Built in notebook 10. Masks are bool, True = may attend: ``mask`` is 2-D ``(Lt, Lt)`` or 4-D; the source's
+padding is ``memory_key_padding_mask (B, Ls)``, True = a real token.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass
-from pathlib import Path
-
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ._checks import check_tensor, shape_of
-from .attention import causal_mask
+from .compat import activation_name, copy_checked, same_activation
+from .layers import FeedForward
 from .multihead import MultiHeadAttention
-from .positional import SinusoidalPositionalEncoding
-from .transformer import FeedForward, TransformerEncoder
-
-_PROBE = torch.linspace(-6.0, 6.0, 241)  # where two activations are compared (gelu vs its tanh form differ by ~1e-3)
-
-
-def _check_mask(name: str, mask: torch.Tensor | None, target: tuple[int, int, int, int], desc: str) -> None:
-    """A bool mask, 2-D ``(Lq, Lk)`` or 4-D, that broadcasts to ``target``; the message names ``name``."""
-    if mask is None:
-        return
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise ValueError(f"{name} must be a bool tensor (True = may attend), got {got}")
-    if mask.dim() not in (2, 4):
-        raise ValueError(
-            f"{name} has shape {shape_of(mask)} ({mask.dim()}-D) but must be 2-D (Lq, Lk) = {target[2:]} "
-            f"or 4-D {desc} = {target}; for a padding mask (B, Lk) pass mask[:, None, None, :]"
-        )
-    try:
-        ok = torch.broadcast_shapes(tuple(mask.shape), target) == target
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(f"{name} has shape {shape_of(mask)} but it must broadcast to {desc} = {target}")
 
 
 class TransformerDecoderBlock(nn.Module):
@@ -58,11 +31,12 @@ class TransformerDecoderBlock(nn.Module):
 
         x = x + drop(self_attn(norm1(x)));  x = x + drop(cross_attn(norm2(x), memory));  x = x + drop(ff(norm3(x)))
 
-    ``forward(x (B, Lt, d_model), memory (B, Ls, d_model), self_mask=None, memory_mask=None,
-    return_attention=False)`` returns x's shape, or ``(x, self_weights (B, h, Lt, Lt),
-    cross_weights (B, h, Lt, Ls))``. ``self_mask`` broadcasts to ``(B, h, Lt, Lt)`` (usually
-    ``causal_mask(Lt)``), ``memory_mask`` to ``(B, h, Lt, Ls)`` (usually the source padding
-    mask as ``(B, 1, 1, Ls)``). The block itself adds no mask: pass the causal one.
+    ``forward(x (B, Lt, d_model), memory (B, Ls, d_model), mask=None, memory_key_padding_mask=None,
+    return_attention=False, *, causal=False)`` returns x's shape, or ``(x, self_weights (B, h, Lt, Lt),
+    cross_weights (B, h, Lt, Ls))``. ``causal=True`` (what a decoder needs: position t sees targets
+    0..t) and ``mask`` (``(Lt, Lt)`` or ``(B, h, Lt, Lt)``) go to the self-attention;
+    ``memory_key_padding_mask (B, Ls)``, True for the real source tokens, to the cross-attention.
+    The block adds no mask of its own: say ``causal=True``.
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1, activation: str = "relu",
@@ -77,32 +51,30 @@ class TransformerDecoderBlock(nn.Module):
         self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.dropout1, self.dropout2, self.dropout3 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
 
-    def _check(self, x, memory, self_mask, memory_mask) -> None:
+    def _check(self, x, memory) -> None:
         for name, t in (("x", x), ("memory", memory)):
             check_tensor(name, t, ndim=3)
             if t.shape[-1] != self.d_model:
                 raise ValueError(f"{name} has shape {shape_of(t)} but its last dimension must be d_model={self.d_model}")
         if x.shape[0] != memory.shape[0]:
             raise ValueError(f"x has shape {shape_of(x)} but memory has shape {shape_of(memory)}; the batch sizes must match")
-        (B, Lt, _), Ls, h = x.shape, memory.shape[1], self.num_heads
-        _check_mask("self_mask", self_mask, (B, h, Lt, Lt), "(B, h, Lt, Lt)")
-        _check_mask("memory_mask", memory_mask, (B, h, Lt, Ls), "(B, h, Lt, Ls)")
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None, return_attention: bool = False):
-        self._check(x, memory, self_mask, memory_mask)
-        need = return_attention
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None = None,
+                memory_key_padding_mask: torch.Tensor | None = None, return_attention: bool = False, *,
+                causal: bool = False):
+        self._check(x, memory)  # the attention modules check the masks
+        need, pad = return_attention, memory_key_padding_mask
         if self.norm_first:
-            q = self.norm1(x)
-            a, self_w = self.self_attn(q, q, q, mask=self_mask, need_weights=need)
+            h = self.norm1(x)
+            a, self_w = self.self_attn(h, h, h, mask=mask, need_weights=need, causal=causal)
             x = x + self.dropout1(a)
-            c, cross_w = self.cross_attn(self.norm2(x), memory, memory, mask=memory_mask, need_weights=need)
+            c, cross_w = self.cross_attn(self.norm2(x), memory, memory, need_weights=need, key_padding_mask=pad)
             x = x + self.dropout2(c)  # (B, Lt, d_model)
             x = x + self.dropout3(self.ff(self.norm3(x)))
         else:
-            a, self_w = self.self_attn(x, x, x, mask=self_mask, need_weights=need)
+            a, self_w = self.self_attn(x, x, x, mask=mask, need_weights=need, causal=causal)
             x = self.norm1(x + self.dropout1(a))
-            c, cross_w = self.cross_attn(x, memory, memory, mask=memory_mask, need_weights=need)
+            c, cross_w = self.cross_attn(x, memory, memory, need_weights=need, key_padding_mask=pad)
             x = self.norm2(x + self.dropout2(c))  # (B, Lt, d_model)
             x = self.norm3(x + self.dropout3(self.ff(x)))
         return (x, self_w, cross_w) if return_attention else x
@@ -117,9 +89,6 @@ class TransformerDecoderBlock(nn.Module):
         """
         if not isinstance(layer, nn.TransformerDecoderLayer):
             raise ValueError(f"expected an nn.TransformerDecoderLayer, got {type(layer).__name__}")
-        mine_act = self.ff.activation
-        theirs_act = layer.activation
-        act_same = torch.allclose(theirs_act(_PROBE), mine_act(_PROBE), atol=1e-7, rtol=0)
         checks = [
             ("batch_first", layer.self_attn.batch_first, True),
             ("norm_first", layer.norm_first, self.norm_first),
@@ -133,15 +102,21 @@ class TransformerDecoderBlock(nn.Module):
         for what, theirs, mine in checks:
             if theirs != mine:  # copying would succeed (or half succeed) but the outputs would differ
                 raise ValueError(f"nn.TransformerDecoderLayer has {what}={theirs} but this block has {what}={mine}")
-        if not act_same:
-            gap = (theirs_act(_PROBE) - mine_act(_PROBE)).abs().max().item()
-            raise ValueError(f"nn.TransformerDecoderLayer's activation {theirs_act!r} differs from this block's "
-                             f"{mine_act!r} by up to {gap:.2e} on [-6, 6]")
-        self.self_attn.copy_from_torch(layer.self_attn)
-        self.cross_attn.copy_from_torch(layer.multihead_attn)
+        same, gap = same_activation(layer.activation, self.ff.activation)
+        if not same:
+            raise ValueError(f"nn.TransformerDecoderLayer's activation {activation_name(layer.activation)} differs from "
+                             f"this block's {activation_name(self.ff.activation)} by up to {gap:.2e} on [-6, 6]")
         pairs = ((self.ff.linear1, layer.linear1), (self.ff.linear2, layer.linear2),
                  (self.norm1, layer.norm1), (self.norm2, layer.norm2), (self.norm3, layer.norm3))
-        for mine, theirs in pairs:
-            mine.weight.copy_(theirs.weight)
-            mine.bias.copy_(theirs.bias)
+
+        def copy():
+            self.self_attn.copy_from_torch(layer.self_attn)
+            self.cross_attn.copy_from_torch(layer.multihead_attn)
+            for mine, theirs in pairs:
+                mine.weight.copy_(theirs.weight)
+                mine.bias.copy_(theirs.bias)
+
+        mine = self.norm1.weight
+        copy_checked(self, layer, copy, lambda x: self(x.to(mine), x.to(mine)).to(x), lambda x: layer(x, x),
+                     self.d_model, "nn.TransformerDecoderLayer")
         return self

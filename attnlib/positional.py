@@ -1,13 +1,12 @@
-"""Positional information: fixed sinusoids and learned embeddings.
+"""Positional information: fixed sinusoids (notebook 06), learned embeddings (06) and rotary embeddings (12).
 
-Both modules take ``(d_model, max_len)`` in that order. ``LearnedPositionalEmbedding``
-(``max_len`` first) is the old name of :class:`LearnedPositionalEncoding`; it still works
-and warns.
+Every function and module here takes ``d_model`` (or ``head_dim``) first, then ``max_len``.
+The first two are added to the token embeddings; rotary embeddings instead rotate the queries and
+keys inside attention (``MultiHeadAttention(..., rotary=RotaryEmbedding(d_k))``).
 """
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 from torch import nn
@@ -15,8 +14,8 @@ from torch import nn
 from ._checks import check_tensor, shape_of
 
 
-def sinusoidal_encoding(max_len: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
-    """The ``(max_len, d_model)`` table of Vaswani et al.
+def sinusoidal_encoding(d_model: int, max_len: int, base: float = 10000.0) -> torch.Tensor:
+    """The ``(max_len, d_model)`` table of Vaswani et al. (built in notebook 06, section 2).
 
     ``PE[p, 2i] = sin(p / base^(2i/d_model))`` and ``PE[p, 2i+1] = cos(p / base^(2i/d_model))``:
     sin on the even dimensions, cos on the odd ones.
@@ -50,7 +49,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         super().__init__()
         self.d_model, self.max_len = d_model, max_len
         self.dropout = nn.Dropout(dropout)
-        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
+        self.register_buffer("pe", sinusoidal_encoding(d_model, max_len), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_input(x, self.d_model, self.max_len, "sinusoidal encoding")
@@ -84,16 +83,63 @@ class LearnedPositionalEncoding(nn.Module):
         return f"d_model={self.d_model}, max_len={self.max_len}"
 
 
-class LearnedPositionalEmbedding(LearnedPositionalEncoding):
-    """Deprecated: ``LearnedPositionalEncoding(d_model, max_len)`` is the same module with the
-    arguments in the order of :class:`SinusoidalPositionalEncoding`. This old name keeps its old
-    order ``(max_len, d_model)``, so existing calls keep their meaning, and warns."""
+class RotaryEmbedding(nn.Module):
+    """Rotary position embeddings (RoPE, Su et al., 2021): rotate pairs of dimensions of queries and keys.
 
-    def __init__(self, max_len: int, d_model: int, dropout: float = 0.0):
-        warnings.warn(
-            "LearnedPositionalEmbedding(max_len, d_model) is deprecated; use "
-            "LearnedPositionalEncoding(d_model, max_len), whose arguments come in the order of "
-            "SinusoidalPositionalEncoding(d_model, max_len)",
-            DeprecationWarning, stacklevel=2,
-        )
-        super().__init__(d_model, max_len, dropout)
+    Notebook 06 showed that the sinusoidal table turns an offset of k positions into a fixed
+    block-diagonal rotation; RoPE uses that rotation directly (built in notebook 12). Each pair of
+    dimensions of a query or key at position p turns by the angle ``p * w_i``,
+    ``w_i = base^(-2i / head_dim)``. Since ``R(a)ᵀ R(b) = R(b - a)``, the score of a query at
+    position m and a key at position n depends on the offset n - m only.
+
+    Args:
+        head_dim: the size of the last dimension of the queries and keys; must be even.
+        base: sets the slowest frequency (10000 in the paper; SmolLM2 uses 100000).
+        interleaved: which dimensions form pair i. True: ``(2i, 2i + 1)``, adjacent dimensions, as
+            in the paper, notebooks 06 and 12 and llama.cpp (GGUF files). False: ``(i, i + head_dim/2)``,
+            the "rotate half" layout of GPT-NeoX and Hugging Face's Llama. Same idea, other layout:
+            weights trained for one layout give wrong scores in the other unless their rows are
+            permuted (notebook 13).
+
+    ``forward(x (..., L, head_dim), positions (L,) or None)`` returns ``x`` rotated, same shape.
+    ``positions`` defaults to ``0, 1, ..., L-1``; pass ``arange(start, start + L)`` for tokens
+    that come after ``start`` cached ones. No parameters: nothing to learn, nothing to run out of.
+    """
+
+    def __init__(self, head_dim: int, base: float = 10000.0, interleaved: bool = True):
+        super().__init__()
+        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2 or head_dim % 2:
+            raise ValueError(f"head_dim must be a positive even int (dimensions are rotated in pairs), got {head_dim!r}")
+        if not base > 1:
+            raise ValueError(f"base must be a number > 1, got {base!r}")
+        self.head_dim, self.base, self.interleaved = head_dim, float(base), bool(interleaved)
+        i = torch.arange(head_dim // 2, dtype=torch.float64)
+        self.register_buffer("inv_freq", self.base ** (-2 * i / head_dim), persistent=False)  # (head_dim/2,)
+
+    def angles(self, positions: torch.Tensor) -> torch.Tensor:
+        """``(L,)`` positions -> ``(L, head_dim/2)`` angles ``p * w_i`` (float64)."""
+        return positions.to(torch.float64)[:, None] * self.inv_freq.to(positions.device)[None, :]
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        check_tensor("x", x, min_dim=2)
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(f"x has shape {shape_of(x)} but its last dimension must be head_dim={self.head_dim}")
+        L = x.shape[-2]
+        if positions is None:
+            positions = torch.arange(L, device=x.device)
+        check_tensor("positions", positions, ndim=1)
+        if positions.shape[0] != L:
+            raise ValueError(
+                f"positions has shape {shape_of(positions)} but x has shape {shape_of(x)}; "
+                f"expected one position per token, shape ({L},)"
+            )
+        theta = self.angles(positions)  # (L, head_dim/2)
+        cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)
+        if self.interleaved:  # pair i is (2i, 2i + 1)
+            a, b = x[..., 0::2], x[..., 1::2]  # (..., L, head_dim/2) each
+            return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)  # pairs back in place
+        a, b = x.chunk(2, dim=-1)  # pair i is (i, i + head_dim/2)
+        return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)  # (..., L, head_dim)
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, base={self.base:g}, interleaved={self.interleaved}"

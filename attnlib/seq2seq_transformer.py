@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._checks import check_tensor, shape_of
-from .attention import causal_mask
 from .decoder import TransformerDecoderBlock
 from .positional import SinusoidalPositionalEncoding
 from .transformer import TransformerEncoder
@@ -102,17 +101,15 @@ class Seq2SeqTransformer(nn.Module):
         if src_mask is not None and src_mask.shape != memory.shape[:2]:
             raise ValueError(f"src_mask has shape {shape_of(src_mask)} but memory has shape {shape_of(memory)}; "
                              "it must be (B, Ls)")
-        memory_mask = None if src_mask is None else src_mask[:, None, None, :]  # (B, 1, 1, Ls)
-        self_mask = causal_mask(tgt_in.shape[1], device=tgt_in.device)  # (Lt, Lt)
         x = self.pos(self.tgt_embed(tgt_in) * math.sqrt(self.config.d_model))  # (B, Lt, d_model)
         self_maps, cross_maps = [], []
         for block in self.decoder:
             if return_attention:
-                x, s, c = block(x, memory, self_mask, memory_mask, return_attention=True)
+                x, s, c = block(x, memory, memory_key_padding_mask=src_mask, return_attention=True, causal=True)
                 self_maps.append(s)
                 cross_maps.append(c)
             else:
-                x = block(x, memory, self_mask, memory_mask)
+                x = block(x, memory, memory_key_padding_mask=src_mask, causal=True)
         logits = self.head(self.final_norm(x))  # (B, Lt, V)
         return (logits, self_maps, cross_maps) if return_attention else logits
 

@@ -4,13 +4,13 @@ toy tasks of notebooks 05-08 need (sorting, reversal), and it saves/loads itself
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from ._checks import check_tensor, shape_of
+from .checkpoint import Checkpointed
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from .transformer import TransformerEncoder
 
@@ -32,7 +32,7 @@ class TaggerConfig:
     positions: str = "sinusoidal"
 
 
-class TransformerTagger(nn.Module):
+class TransformerTagger(Checkpointed, nn.Module):
     """tokens (B, L) -> logits (B, L, num_outputs), one prediction per position.
 
     ``positions`` is "sinusoidal", "learned" or "none" (a model without positions is
@@ -41,7 +41,10 @@ class TransformerTagger(nn.Module):
     True = may attend, ``mask`` ``(L, L)`` or ``(B, heads, L, L)`` (size 1 where shared) and
     ``key_padding_mask`` ``(B, L)`` with True for the real tokens. With
     ``return_attention=True`` it returns ``(logits, [weights per layer, each (B, heads, L, L)])``.
+    ``save(path, **extra)`` and ``TransformerTagger.load(path)`` come from :class:`attnlib.checkpoint.Checkpointed`.
     """
+
+    config_class = TaggerConfig
 
     def __init__(self, config: TaggerConfig):
         super().__init__()
@@ -76,15 +79,3 @@ class TransformerTagger(nn.Module):
             x, maps = self.encoder(x, mask, return_attention=True, key_padding_mask=key_padding_mask)
             return self.head(x), maps  # (B, L, num_outputs)
         return self.head(self.encoder(x, mask, key_padding_mask=key_padding_mask))  # (B, L, num_outputs)
-
-    def save(self, path: str | Path, **extra) -> None:
-        """Save config, weights and any extra JSON-able metadata (vocab, measured accuracy) to one file."""
-        torch.save({"config": asdict(self.config), "state_dict": self.state_dict(), "extra": extra}, path)
-
-    @classmethod
-    def load(cls, path: str | Path, map_location: str | torch.device = "cpu") -> tuple["TransformerTagger", dict]:
-        """Load a model saved with :meth:`save`; returns ``(model in eval mode, extra)``."""
-        blob = torch.load(path, map_location=map_location, weights_only=True)
-        model = cls(TaggerConfig(**blob["config"]))
-        model.load_state_dict(blob["state_dict"])
-        return model.eval(), blob.get("extra", {})

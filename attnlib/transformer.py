@@ -1,44 +1,15 @@
-"""The transformer block (attention + feed-forward, each with a residual and a LayerNorm) and an encoder stack."""
+"""The transformer block (attention + feed-forward, each with a residual and a LayerNorm) and an encoder stack.
+
+Built in notebook 07. GPT (notebook 11) uses the same block, pre-norm and causal, with a KV cache.
+"""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from .multihead import MultiHeadAttention, _Eval, copy_checked
-
-_ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}  # GELU is the exact (erf) form
-
-
-def _name(fn) -> str:
-    """How to call an activation in a message: a module's repr (``GELU(approximate='tanh')``) or a function's name."""
-    return repr(fn) if isinstance(fn, nn.Module) else getattr(fn, "__name__", repr(fn))
-
-
-def same_activation(theirs, mine) -> tuple[bool, float]:
-    """Whether two activations compute the same values on [-6, 6], and the largest difference.
-
-    Compares what they do, not what they are called: ``nn.GELU(approximate="tanh")`` is a
-    GELU by name but differs from the exact one by up to about 5e-4.
-    """
-    x = torch.linspace(-6.0, 6.0, 1201)
-    gap = (theirs(x) - mine(x)).abs().max().item()
-    return gap <= 1e-6, gap
-
-
-class FeedForward(nn.Module):
-    """Position-wise feed-forward: ``linear2(dropout(activation(linear1(x))))``, the same for every position."""
-
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):
-        super().__init__()
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.activation = _ACTIVATIONS[activation]()
-        self.dropout = nn.Dropout(dropout)
-        self.linear2 = nn.Linear(d_ff, d_model)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, L, d_model)
+from .compat import activation_name, copy_checked, same_activation
+from .layers import FeedForward
+from .multihead import KVCache, MultiHeadAttention
 
 
 class TransformerBlock(nn.Module):
@@ -49,11 +20,12 @@ class TransformerBlock(nn.Module):
     Pre-norm (``norm_first=True``, most modern models):
         ``x = x + drop(attn(norm1(x)))``; ``x = x + drop(ff(norm2(x)))``
 
-    ``forward(x (B, L, d_model), mask=None, return_attention=False, key_padding_mask=None)``
-    returns a tensor of x's shape, or ``(x, weights (B, h, L, L))`` when
-    ``return_attention=True``. Masks are bool, True = may attend, as in
+    ``forward(x (B, L, d_model), mask=None, return_attention=False, key_padding_mask=None, *,
+    causal=False, cache=None, head_mask=None)`` returns a tensor of x's shape, or ``(x, weights (B, h,
+    L, L_total))`` when ``return_attention=True``. Masks are bool, True = may attend, as in
     :class:`attnlib.MultiHeadAttention`: ``mask`` is ``(L, L)`` or ``(B, h, L, L)`` (size 1
-    where shared), ``key_padding_mask`` is ``(B, L)`` with True for the real tokens.
+    where shared), ``key_padding_mask`` is ``(B, L)`` with True for the real tokens; ``causal``,
+    ``cache`` (a :class:`attnlib.KVCache`) and ``head_mask`` go to the attention unchanged.
 
     Naming rule of the package: attention modules follow ``nn.MultiheadAttention`` and
     take ``need_weights`` (they always return ``(out, weights)``); blocks and models return
@@ -79,19 +51,17 @@ class TransformerBlock(nn.Module):
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
-    def _attend(self, x, mask, key_padding_mask, need_weights):
-        out, weights = self.attn(x, x, x, mask=mask, need_weights=need_weights, key_padding_mask=key_padding_mask)
-        return self.dropout1(out), weights
-
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, return_attention: bool = False,
-                key_padding_mask: torch.Tensor | None = None):
+                key_padding_mask: torch.Tensor | None = None, *, causal: bool = False, cache: KVCache | None = None,
+                head_mask: torch.Tensor | None = None):
+        h = self.norm1(x) if self.norm_first else x
+        a, weights = self.attn(h, h, h, mask=mask, need_weights=return_attention, key_padding_mask=key_padding_mask,
+                               causal=causal, cache=cache, head_mask=head_mask)
         if self.norm_first:
-            a, weights = self._attend(self.norm1(x), mask, key_padding_mask, return_attention)
-            x = x + a
+            x = x + self.dropout1(a)
             x = x + self.dropout2(self.ff(self.norm2(x)))
         else:
-            a, weights = self._attend(x, mask, key_padding_mask, return_attention)
-            x = self.norm1(x + a)
+            x = self.norm1(x + self.dropout1(a))
             x = self.norm2(x + self.dropout2(self.ff(x)))
         return (x, weights) if return_attention else x  # (B, L, d_model)
 
@@ -111,8 +81,8 @@ class TransformerBlock(nn.Module):
         same, gap = same_activation(layer.activation, self.ff.activation)
         if not same:
             raise ValueError(
-                f"nn.TransformerEncoderLayer's activation {_name(layer.activation)} computes other values than "
-                f"this block's {_name(self.ff.activation)} (largest difference {gap:.1e} on [-6, 6])"
+                f"nn.TransformerEncoderLayer's activation {activation_name(layer.activation)} computes other "
+                f"values than this block's {activation_name(self.ff.activation)} (largest difference {gap:.1e} on [-6, 6])"
             )
         self.attn._check_copyable(layer.self_attn)
         pairs = ((self.ff.linear1, layer.linear1), (self.ff.linear2, layer.linear2),
@@ -133,13 +103,9 @@ class TransformerBlock(nn.Module):
             out = layer(x if batch_first else x.transpose(0, 1))
             return out if batch_first else out.transpose(0, 1)
 
-        d_model = self.norm1.weight.shape[0]
-        probe = torch.randn(2, 5, d_model, generator=torch.Generator().manual_seed(0))  # never the global RNG
-        weight = layer.linear1.weight
-        with _Eval(self, layer):
-            mine = self.norm1.weight
-            copy_checked(self, copy, lambda x: self(x.to(mine)).to(x), run_theirs, probe.to(weight),
-                         "nn.TransformerEncoderLayer")
+        mine = self.norm1.weight
+        copy_checked(self, layer, copy, lambda x: self(x.to(mine)).to(x), run_theirs, mine.shape[0],
+                     "nn.TransformerEncoderLayer")
         return self
 
 

@@ -10,7 +10,7 @@ without a mask, and with a causal (bool) mask up to N = 1024. Three implementati
 
 * ``teaching``: ``attnlib.scaled_dot_product_attention``, which stores the (N, N) scores
   and weights and returns the weights;
-* ``attnlib fast``: ``attnlib.multihead.fused_attention``, the code behind
+* ``attnlib fast``: ``attnlib.attention.fused_attention``, the code behind
   ``MultiHeadAttention(need_weights=False)``: PyTorch's fused kernel plus attnlib's mask
   convention (rows with no allowed key give zeros). Without a mask it *is* the fused call;
 * ``fused``: ``torch.nn.functional.scaled_dot_product_attention`` called directly.
@@ -31,7 +31,7 @@ native path was slower and held about 150 MB instead of 40 MB, which is the size
 Table 3 (notebook 12): causal attention at batch 1, 8 heads, d_head 64, N = 256 ... 2048, for the
 teaching version, ``attnlib.tiled_attention`` (online softmax over 128 x 128 tiles, a Python loop) and
 the fused kernel: time ratio to fused and peak extra memory. Beside them, a whole
-``GroupedQueryAttention`` layer (d_model 512, 8 query heads) with g = 8, 2 and 1 key/value heads:
+``MultiHeadAttention(..., num_kv_heads=g)`` layer (d_model 512, 8 query heads) with g = 8, 2 and 1 key/value heads:
 its time, its peak memory, and the size of the K and V it would cache for N tokens (2 * N * g * d_head
 * 4 bytes). The tiled version's memory grows like N, the teaching version's like N^2; the tiled version
 is slower than the fused kernel, because each tile is several separate PyTorch calls with their own
@@ -64,9 +64,9 @@ import torch
 from torch import nn
 
 import attnlib
-from attnlib.gqa import GroupedQueryAttention
 from attnlib.measure import interleaved_times, peak_extra_mb
-from attnlib.multihead import fused_attention
+from attnlib.attention import fused_attention
+from attnlib.multihead import MultiHeadAttention
 from attnlib.tiled import tiled_attention
 
 LENGTHS = (256, 512, 1024, 2048)
@@ -153,7 +153,7 @@ def scale_table() -> dict:
     """Table 3: the tiled (online-softmax) attention and grouped-query attention against N."""
     print(f"\nTable 3: attention at scale, causal, batch {SCALE_BATCH}, {SCALE_HEADS} heads, d_head {D_HEAD}, fp32; "
           f"tiled = attnlib.tiled_attention(block_size={BLOCK}).\n"
-          f"GQA = attnlib GroupedQueryAttention(d_model {SCALE_HEADS * D_HEAD}, {SCALE_HEADS} query heads, g key/value "
+          f"GQA = attnlib MultiHeadAttention(d_model {SCALE_HEADS * D_HEAD}, {SCALE_HEADS} query heads, g key/value "
           "heads, need_weights=False), the whole layer; 'KV MB' = the K and V it would cache for N tokens.\n")
     header = (f"{'N':>5} | {'fused ms':>8} {'tiled/fused':>11} {'teaching/fused':>14} | "
               f"{'peak extra MB: teaching':>23} {'tiled':>6} {'fused':>6} | "
@@ -166,7 +166,7 @@ def scale_table() -> dict:
     layers = {}
     for g in GQA_KV_HEADS:
         torch.manual_seed(0)
-        layers[g] = GroupedQueryAttention(d_model, SCALE_HEADS, g).eval()
+        layers[g] = MultiHeadAttention(d_model, SCALE_HEADS, num_kv_heads=g).eval()
     results = {"N": [], "teaching": [], "tiled": [], "fused": [], "t_teaching": [], "t_tiled": [], "t_fused": []}
     for n in SCALE_LENGTHS:
         q, k, v = (torch.randn(SCALE_BATCH, SCALE_HEADS, n, D_HEAD, generator=g_) for _ in range(3))

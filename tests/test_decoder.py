@@ -48,16 +48,16 @@ def test_block_equals_torch_decoder_layer(norm_first, activation, masks):
     ours = TransformerDecoderBlock(D, H, FF, dropout=0.1, activation=activation, norm_first=norm_first)
     ours.copy_from_torch(theirs).eval()
     x, memory = inputs()
-    self_mask = None if masks == "none" else causal_mask(5)
+    causal = masks != "none"
     keep = padding([7, 4, 2], 7) if masks == "causal+padding" else None
-    memory_mask = None if keep is None else keep[:, None, None, :]
-    kwargs = dict(tgt_mask=None if self_mask is None else ~self_mask,
-                  memory_key_padding_mask=None if keep is None else ~keep)
+    kwargs = dict(tgt_mask=~causal_mask(5) if causal else None, memory_key_padding_mask=None if keep is None else ~keep)
     for grad in (False, True):  # no_grad lets PyTorch take its fused fast path; with grad, the plain path
         with torch.set_grad_enabled(grad):
             expected = theirs(x, memory, **kwargs)
-            out = ours(x, memory, self_mask, memory_mask)
+            out = ours(x, memory, memory_key_padding_mask=keep, causal=causal)
+            same = ours(x, memory, causal_mask(5) if causal else None, keep)  # the mask given in full
         torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
+        torch.testing.assert_close(same, expected, atol=ATOL, rtol=0)
 
 
 def test_block_returns_both_maps_with_the_right_shapes_and_masked_entries_zero():
@@ -65,13 +65,13 @@ def test_block_returns_both_maps_with_the_right_shapes_and_masked_entries_zero()
     block = TransformerDecoderBlock(D, H, FF, dropout=0.0).eval()
     x, memory = inputs(B=2, Lt=4, Ls=6)
     keep = padding([6, 3], 6)
-    out, self_w, cross_w = block(x, memory, causal_mask(4), keep[:, None, None, :], return_attention=True)
+    out, self_w, cross_w = block(x, memory, memory_key_padding_mask=keep, return_attention=True, causal=True)
     assert out.shape == x.shape and self_w.shape == (2, H, 4, 4) and cross_w.shape == (2, H, 4, 6)
     torch.testing.assert_close(self_w.sum(-1), torch.ones(2, H, 4))
     torch.testing.assert_close(cross_w.sum(-1), torch.ones(2, H, 4))
     assert (self_w.triu(1) == 0).all()  # no query looks at a later target
     assert (cross_w[1, :, :, 3:] == 0).all()  # nor at the pads of the second source
-    torch.testing.assert_close(out, block(x, memory, causal_mask(4), keep[:, None, None, :]))
+    torch.testing.assert_close(out, block(x, memory, causal_mask(4), keep))
 
 
 @settings(max_examples=25, deadline=None)
@@ -88,7 +88,7 @@ def test_hypothesis_block_equals_torch(B, Lt, Ls, heads, norm_first, activation,
     keep = padding(lengths, Ls)
     with torch.no_grad():
         expected = theirs(x, memory, tgt_mask=~causal_mask(Lt), memory_key_padding_mask=~keep)
-        out = ours(x, memory, causal_mask(Lt), keep[:, None, None, :])
+        out = ours(x, memory, causal_mask(Lt), keep)
     torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
 
 
@@ -171,23 +171,22 @@ def test_copy_refuses_something_else():
 
 # ------------------------------------------------------------------ bad inputs name expected and actual shapes
 
-@pytest.mark.parametrize("x_shape, m_shape, self_mask, memory_mask, message", [
+@pytest.mark.parametrize("x_shape, m_shape, mask, memory_key_padding_mask, message", [
     ((2, 5, D), (3, 7, D), None, None, r"x has shape \(2, 5, 32\) but memory has shape \(3, 7, 32\); the batch sizes"),
     ((2, 5, 16), (2, 7, D), None, None, r"x has shape \(2, 5, 16\) but its last dimension must be d_model=32"),
     ((2, 5, D), (2, 7, 16), None, None, r"memory has shape \(2, 7, 16\) but its last dimension must be d_model=32"),
     ((2, 5), (2, 7, D), None, None, r"x must be 3-D, but it has shape \(2, 5\)"),
     ((2, 5, D), (2, 7, D), torch.ones(5, 7, dtype=torch.bool), None,
-     r"self_mask has shape \(5, 7\) but it must broadcast to \(B, h, Lt, Lt\) = \(2, 4, 5, 5\)"),
-    ((2, 5, D), (2, 7, D), None, torch.ones(2, 7, dtype=torch.bool),
-     r"memory_mask has shape \(2, 7\) but it must broadcast to \(B, h, Lt, Ls\) = \(2, 4, 5, 7\)"),
-    ((2, 5, D), (2, 7, D), None, torch.ones(2, 5, 7, dtype=torch.bool),
-     r"memory_mask has shape \(2, 5, 7\) \(3-D\) but must be 2-D \(Lq, Lk\) = \(5, 7\) or 4-D"),
-    ((2, 5, D), (2, 7, D), torch.ones(5, 5), None, r"self_mask must be a bool tensor \(True = may attend\), got torch.float32"),
+     r"mask has shape \(5, 7\) but it must be a 2-D \(Lq, Lk\) = \(5, 5\) mask or a 4-D \(B, h, Lq, Lk\) = \(2, 4, 5, 5\)"),
+    ((2, 5, D), (2, 7, D), None, torch.ones(2, 5, dtype=torch.bool),
+     r"key_padding_mask has shape \(2, 5\) but it must be \(B, Lk\) = \(2, 7\)"),
+    ((2, 5, D), (2, 7, D), None, torch.ones(2, 7), r"key_padding_mask must have dtype torch.bool"),
+    ((2, 5, D), (2, 7, D), torch.ones(5, 5), None, r"mask must have dtype torch.bool \(True = may attend\), got torch.float32"),
 ])
-def test_bad_inputs_raise_value_errors_naming_the_shapes(x_shape, m_shape, self_mask, memory_mask, message):
+def test_bad_inputs_raise_value_errors_naming_the_shapes(x_shape, m_shape, mask, memory_key_padding_mask, message):
     block = TransformerDecoderBlock(D, H, FF)
     with pytest.raises(ValueError, match=message):
-        block(torch.randn(*x_shape), torch.randn(*m_shape), self_mask, memory_mask)
+        block(torch.randn(*x_shape), torch.randn(*m_shape), mask, memory_key_padding_mask)
 
 
 # ------------------------------------------------------------------ the encoder-decoder model

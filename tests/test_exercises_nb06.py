@@ -30,7 +30,7 @@ def test_61_accepts():
     assert check("6.1", RIGHT_61.float(), quiet=True)
 
 
-TABLE = attnlib.sinusoidal_encoding(1000, 64)
+TABLE = attnlib.sinusoidal_encoding(64, 1000)
 
 
 def right_where(vec):
@@ -56,7 +56,7 @@ def test_62_accepts():
 def gap(block, x, perm, alpha, *, shuffle_pe=False, unshuffle=True, relative=True):
     from attnlib import sinusoidal_encoding
 
-    pe = sinusoidal_encoding(x.shape[1], x.shape[2])
+    pe = sinusoidal_encoding(x.shape[2], x.shape[1])
     with torch.no_grad():
         out = block(x + alpha * pe)
         shuffled = block(x[:, perm] + alpha * (pe[perm] if shuffle_pe else pe))

@@ -10,7 +10,9 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnlib.gpt import GPT, GPTConfig, KVCache, sample_next
+from attnlib.gpt import GPT, GPTConfig
+from attnlib.multihead import KVCache
+from attnlib.sampling import sample_next
 from attnlib.paths import model_path
 
 
@@ -94,7 +96,7 @@ def test_cached_logits_equal_a_full_forward_pass(seed, T, B, cuts):
         parts = []
         for a, b in zip(bounds, bounds[1:]):
             parts.append(model(ids[:, a:b], cache))
-            assert len(cache) == b  # the cache grew in place by the chunk
+            assert all(len(c) == b for c in cache)  # every layer's cache grew in place by the chunk
     torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=0)
 
 
@@ -102,8 +104,8 @@ def test_cache_holds_keys_and_values_of_the_formula_size():
     model = small(d=16, heads=2, layers=3)
     cache = model.new_cache()
     model(torch.randint(0, 11, (1, 13)), cache)
-    assert all(k.shape == (1, 2, 13, 8) and v.shape == (1, 2, 13, 8) for k, v in zip(cache.keys, cache.values))
-    assert cache.nbytes() == 2 * 3 * 13 * 16 * 4  # 2 · layers · context · d_model · bytes per float32
+    assert len(cache) == 3 and all(c.k.shape == c.v.shape == (1, 2, 13, 8) for c in cache)  # one per layer
+    assert sum(c.nbytes() for c in cache) == 2 * 3 * 13 * 16 * 4  # 2 · layers · context · d_model · bytes per float32
 
 
 @settings(max_examples=10, deadline=None)
@@ -172,8 +174,9 @@ def test_changing_a_future_token_leaves_earlier_logits_unchanged():
     (lambda m: m(torch.tensor([[0, 11]])), "ids must lie in [0, 10] (vocab_size=11), got values from 0 to 11"),
     (lambda m: m(torch.zeros(1, 25, dtype=torch.long)), "25 positions in all, but max_len is 24"),
     (lambda m: m(torch.zeros(1, 0, dtype=torch.long)), "ids has shape (1, 0)"),
-    (lambda m: m(torch.zeros(1, 3, dtype=torch.long), cache={}), "cache must be a KVCache"),
-    (lambda m: m.generate(torch.zeros(1, 20, dtype=torch.long), 5), "a prompt of 20 tokens plus 5 new tokens makes 25, more than max_len=24"),
+    (lambda m: m(torch.zeros(1, 3, dtype=torch.long), cache={}), "cache must be model.new_cache(): a list of 2 KVCache, got dict"),
+    (lambda m: m(torch.zeros(1, 3, dtype=torch.long), head_mask=torch.ones(2)), "head_mask must be 2-D, but it has shape (2,)"),
+    (lambda m: m(torch.zeros(1, 3, dtype=torch.long), head_mask=torch.ones(3, 2)), "head_mask has shape (3, 2) but it must be (layers, heads) = (2, 2)"),
     (lambda m: m.generate(torch.zeros(1, 2, dtype=torch.long), 3, temperature=-1), "temperature must be >= 0"),
     (lambda m: m.generate(torch.zeros(1, 2, dtype=torch.long), 3, top_k=12), "top_k must be in [1, 11] (vocab_size), got 12"),
     (lambda m: m.generate(torch.zeros(1, 2, dtype=torch.long), -1), "max_new_tokens must be an int >= 0, got -1"),
@@ -191,7 +194,7 @@ def test_a_cache_that_would_run_past_max_len_names_both_numbers():
         model(torch.zeros(1, 5, dtype=torch.long), cache)
     with pytest.raises(ValueError, match="ids has batch size 2 but the cache was filled with batch size 1"):
         model(torch.zeros(2, 1, dtype=torch.long), cache)
-    assert len(cache) == 20  # a refused call leaves the cache as it was
+    assert all(len(c) == 20 for c in cache)  # a refused call leaves the cache as it was
 
 
 def test_save_and_load_round_trip(tmp_path):
@@ -218,4 +221,28 @@ def test_the_saved_small_gpt_still_reaches_its_stored_validation_loss():
         loss = F.cross_entropy(model(ids[: n * T].view(n, T)).flatten(0, 1), ids[1: n * T + 1]).item()
     assert math.isclose(loss, extra["val_loss"], abs_tol=1e-4)
     assert loss < extra["bigram_loss"] - 0.2
-    assert isinstance(model.new_cache(), KVCache)
+    assert all(isinstance(c, KVCache) for c in model.new_cache())
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generation_runs_past_max_len_by_cropping_the_context(use_cache):
+    """As nanoGPT does: the model reads the last max_len tokens; the prompt may be longer than max_len too."""
+    model = small(seed=4)
+    prompt = torch.randint(0, 11, (2, 30))  # longer than max_len = 24
+    out = model.generate(prompt, 40, temperature=0, use_cache=use_cache)
+    assert out.shape == (2, 70) and torch.equal(out[:, :30], prompt)
+    for t in (30, 45, 69):  # each token is the argmax after the 24 tokens before it
+        assert torch.equal(model(out[:, t - 24:t])[:, -1].argmax(-1), out[:, t])
+
+
+def test_head_mask_zero_removes_a_head_and_ones_change_nothing():
+    model = small(seed=8, d=16, heads=4)
+    ids = torch.randint(0, 11, (2, 9))
+    ones = torch.ones(2, 4)
+    assert torch.equal(model(ids, head_mask=ones), model(ids))
+    ablated = ones.clone()
+    ablated[1, 2] = 0
+    seen = {}
+    model.blocks[1].attn.w_o.register_forward_pre_hook(lambda m, args: seen.setdefault("heads", args[0].clone()))
+    model(ids, head_mask=ablated)
+    assert (seen["heads"][..., 8:12] == 0).all() and (seen["heads"][..., :8] != 0).any()  # head 2 of layer 1 is gone

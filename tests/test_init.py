@@ -6,17 +6,18 @@ import pytest
 
 import attnlib
 
-NAMES = [  # everything the notebooks and the other helpers import from attnlib
-    "AdditiveAttention", "AttentionDecoder", "AttentionExplorer", "AttentionHeatmap", "Batch", "Decoder",
-    "DecoderState", "Encoder", "FeedForward", "History", "LearnedPositionalEmbedding", "LearnedPositionalEncoding",
-    "LuongAttention", "MiniLM", "MiniLMOutput", "MultiHeadAttention", "Seq2Seq", "Seq2SeqData",
-    "SinusoidalPositionalEncoding", "TaggerConfig", "TransformerBlock", "TransformerEncoder", "TransformerTagger",
-    "Vocab", "WordPieceTokenizer", "batches", "beam_search", "causal_mask", "check", "evaluate_seq2seq",
-    "format_date", "get_device", "greedy_decode", "load_minilm", "load_seq2seq", "make_copy", "make_dates",
-    "make_reversal", "make_sorting", "masked_softmax", "model_path", "padding_mask", "plot_curves", "plot_heads",
-    "plot_heatmap", "progress_bar", "save_path", "save_seq2seq", "scaled_dot_product_attention", "seed_everything",
-    "sequence_accuracy", "sinusoidal_encoding", "teacher_forcing_ratio", "token_accuracy", "train_seq2seq",
+CORE = [  # the attention names every part of the series teaches; each must stay exported
+    "KVCache", "MultiHeadAttention", "RotaryEmbedding", "RMSNorm", "SwiGLU", "FeedForward", "TransformerBlock",
+    "TransformerEncoder", "TransformerDecoderBlock", "GPT", "GPTConfig", "causal_mask", "padding_mask",
+    "sliding_window_mask", "scaled_dot_product_attention", "masked_softmax", "sinusoidal_encoding",
+    "SinusoidalPositionalEncoding", "LearnedPositionalEncoding", "seed_everything", "get_device", "progress_bar",
+    "eval_mode", "check",
 ]
+NAMES = sorted(attnlib.__all__)
+
+
+def test_the_core_names_are_exported():
+    assert set(CORE) <= set(attnlib.__all__)
 
 
 def run(code: str) -> str:

@@ -1,4 +1,5 @@
-"""Tests of attnlib/multihead.py against torch.nn.MultiheadAttention (batch_first=True).
+"""Tests of attnlib/multihead.py against torch.nn.MultiheadAttention (batch_first=True) and
+F.scaled_dot_product_attention (grouped-query attention, causal, windows), and of the KV cache.
 
 Mask polarity: attnlib's bool masks say True = may attend; nn.MultiheadAttention's bool
 masks say True = blocked. So every comparison passes ``~mask`` to PyTorch.
@@ -6,11 +7,13 @@ masks say True = blocked. So every comparison passes ``~mask`` to PyTorch.
 import hypothesis.strategies as st
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from torch import nn
 
-from attnlib import MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention
-from attnlib.multihead import fused_attention
+from attnlib import (KVCache, MultiHeadAttention, RotaryEmbedding, causal_mask, padding_mask,
+                     scaled_dot_product_attention, sliding_window_mask)
+from attnlib.attention import fused_attention
 
 ATOL = 1e-5
 
@@ -342,3 +345,224 @@ def test_copy_from_torch_leaves_the_global_random_state_alone():
     torch.manual_seed(0)
     ours.copy_from_torch(theirs)
     assert torch.equal(torch.rand(3), expected)
+
+
+# ---------------------------------------------------------------- grouped-query attention (num_kv_heads)
+
+FAST = settings(max_examples=30, deadline=None)
+
+
+def heads_and_groups():
+    return st.sampled_from([(1, 1), (2, 1), (2, 2), (4, 1), (4, 2), (4, 4), (6, 3), (6, 2), (8, 2)])
+
+
+@FAST
+@given(hg=heads_and_groups(), d_k=st.integers(1, 6), lq=st.integers(1, 9), lk=st.integers(1, 9),
+       bias=st.booleans(), seed=st.integers(0, 999), need_weights=st.booleans(), masked=st.booleans())
+def test_grouped_equals_multihead_with_repeated_kv_weights(hg, d_k, lq, lk, bias, seed, need_weights, masked):
+    h, g = hg
+    d = h * d_k
+    torch.manual_seed(seed)
+    gqa = MultiHeadAttention(d, h, bias=bias, num_kv_heads=g).eval()
+    mha = MultiHeadAttention(d, h, bias=bias).eval()
+    with torch.no_grad():  # MHA head i gets the K/V rows of kv head i // (h // g): the reference grouping
+        for name in ("w_k", "w_v"):
+            w = getattr(gqa, name).weight.view(g, d_k, d)
+            getattr(mha, name).weight.copy_(w.repeat_interleave(h // g, dim=0).reshape(d, d))
+            if bias:
+                b = getattr(gqa, name).bias.view(g, d_k)
+                getattr(mha, name).bias.copy_(b.repeat_interleave(h // g, dim=0).reshape(d))
+        for name in ("w_q", "w_o"):
+            getattr(mha, name).load_state_dict(getattr(gqa, name).state_dict())
+    x, y = rand(2, lq, d, seed=seed), rand(2, lk, d, seed=seed + 1)
+    mask = (rand(2, h, lq, lk, seed=seed + 2) > 0) if masked else None
+    out, weights = gqa(x, y, y, mask=mask, need_weights=need_weights)
+    ref, ref_weights = mha(x, y, y, mask=mask, need_weights=need_weights)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
+    if need_weights:
+        torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=0)
+    else:
+        assert weights is None
+
+
+def test_with_as_many_kv_heads_as_heads_it_is_multihead_attention():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(12, 3).eval()
+    same = MultiHeadAttention(12, 3, num_kv_heads=3).eval()
+    same.load_state_dict(mha.state_dict())  # strict: same names, same shapes
+    x = rand(3, 7, 12)
+    assert torch.equal(same(x, x, x)[0], mha(x, x, x)[0])
+    assert sum(p.numel() for p in MultiHeadAttention(12, 3, num_kv_heads=1).parameters()) == \
+        4 * 12 * 12 + 4 * 12 - 2 * (12 * 8 + 8)  # w_k and w_v shrink from 12 to 4 outputs each
+
+
+@FAST
+@given(hg=heads_and_groups(), d_k=st.integers(1, 8), L=st.integers(1, 12), seed=st.integers(0, 999))
+def test_grouping_and_causal_equal_pytorch_enable_gqa(hg, d_k, L, seed):
+    h, g = hg
+    torch.manual_seed(seed)
+    gqa = MultiHeadAttention(h * d_k, h, num_kv_heads=g).eval()
+    x = rand(2, L, h * d_k, seed=seed)
+    q = gqa.split_heads(gqa.w_q(x))  # (B, h, L, d_k)
+    k, v = gqa.split_heads(gqa.w_k(x), g), gqa.split_heads(gqa.w_v(x), g)  # (B, g, L, d_k)
+    heads = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # (B, h, L, d_k)
+    expected = gqa.w_o(heads.transpose(1, 2).reshape(2, L, h * d_k))
+    for kwargs in ({"mask": causal_mask(L)}, {"causal": True}, {"causal": True, "need_weights": False}):
+        torch.testing.assert_close(gqa(x, x, x, **kwargs)[0], expected, atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------- causal, window, rotary
+
+@pytest.mark.parametrize("window", [1, 3, 20])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_window_equals_the_sliding_window_mask(window, need_weights):
+    torch.manual_seed(0)
+    m = MultiHeadAttention(16, 4, num_kv_heads=2, window=window).eval()
+    plain = MultiHeadAttention(16, 4, num_kv_heads=2).eval()
+    plain.load_state_dict(m.state_dict())
+    x = rand(2, 9, 16)
+    out, w = m(x, x, x, need_weights=need_weights)
+    ref, ref_w = plain(x, x, x, mask=sliding_window_mask(9, window), need_weights=need_weights)
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=0)
+    if need_weights:
+        assert torch.equal(w, ref_w) and (w[..., ~sliding_window_mask(9, window)] == 0).all()
+
+
+def test_rotary_makes_self_attention_see_order():
+    torch.manual_seed(0)
+    plain = MultiHeadAttention(8, 2, num_kv_heads=1).eval()
+    rope = MultiHeadAttention(8, 2, num_kv_heads=1, rotary=RotaryEmbedding(4)).eval()
+    rope.load_state_dict(plain.state_dict())  # a rotary embedding has no parameters
+    x, perm = rand(1, 6, 8, seed=3), torch.tensor([3, 1, 5, 0, 2, 4])
+    for module, equivariant in ((plain, True), (rope, False)):
+        out, out_perm = module(x, x, x)[0], module(x[:, perm], x[:, perm], x[:, perm])[0]
+        assert torch.allclose(out[:, perm], out_perm, atol=1e-6) == equivariant
+
+
+def test_rotary_scores_depend_on_the_offset_only():
+    """Shift every token by the same number of positions (through a cache of that length): same weights."""
+    torch.manual_seed(0)
+    m = MultiHeadAttention(8, 2, rotary=RotaryEmbedding(4)).eval()
+    x = rand(1, 5, 8, seed=4)
+    _, w0 = m(x, x, x, causal=True)
+    cache = KVCache(40)
+    m(rand(1, 30, 8, seed=5), rand(1, 30, 8, seed=5), rand(1, 30, 8, seed=5), cache=cache)
+    _, w30 = m(x, x, x, causal=True, cache=cache)  # positions 30..34, attending over 35 keys
+    torch.testing.assert_close(w30[..., 30:] / w30[..., 30:].sum(-1, keepdim=True), w0, atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------- the KV cache
+
+@pytest.mark.parametrize("h, g, rotary, window", [(4, 4, False, None), (4, 2, False, None), (4, 1, True, None),
+                                                   (6, 3, True, None), (4, 2, True, 3)])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_cached_decoding_equals_the_full_causal_forward(h, g, rotary, window, need_weights):
+    torch.manual_seed(0)
+    m = MultiHeadAttention(h * 4, h, num_kv_heads=g, rotary=RotaryEmbedding(4) if rotary else None,
+                           window=window).eval()
+    x = rand(2, 11, h * 4, seed=1)
+    full, full_w = m(x, x, x, causal=True)
+    cache = KVCache(16)
+    out, w = m(x[:, :4], x[:, :4], x[:, :4], causal=True, cache=cache, need_weights=need_weights)  # a prompt of 4
+    steps, maps = [out], [w]
+    for t in range(4, 11):  # then one token at a time
+        out, w = m(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], causal=True, cache=cache, need_weights=need_weights)
+        steps.append(out)
+        maps.append(w)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+    if need_weights:
+        for t, w in zip([4] + list(range(5, 12)), maps):  # row t-1 of the full map, over the first t keys
+            torch.testing.assert_close(w[:, :, -1], full_w[:, :, t - 1, :t], atol=1e-6, rtol=0)
+    assert len(cache) == 11 and cache.k.shape == cache.v.shape == (2, g, 11, 4)  # only the g shared heads
+    assert cache.nbytes() == 2 * 2 * g * 11 * 4 * 4  # 2 · B · g · length · d_k · bytes per float32
+
+
+@settings(max_examples=25, deadline=None)
+@given(cuts=st.lists(st.integers(1, 5), min_size=1, max_size=6), seed=st.integers(0, 999))
+def test_cached_chunks_of_any_size_equal_the_full_forward(cuts, seed):
+    torch.manual_seed(seed)
+    m = MultiHeadAttention(8, 2, num_kv_heads=1, rotary=RotaryEmbedding(4)).eval()
+    T = sum(cuts)
+    x = rand(1, T, 8, seed=seed)
+    full, _ = m(x, x, x, causal=True, need_weights=False)
+    cache, outs, at = KVCache(T), [], 0
+    for n in cuts:
+        outs.append(m(x[:, at:at + n], x[:, at:at + n], x[:, at:at + n], causal=True, cache=cache)[0])
+        at += n
+    torch.testing.assert_close(torch.cat(outs, 1), full, atol=1e-5, rtol=0)
+
+
+def test_the_cache_is_preallocated_and_written_in_place():
+    cache = KVCache(10)
+    k = rand(1, 2, 3, 4)
+    cache.append(k, k + 1)
+    storage = cache.k.untyped_storage().data_ptr()
+    cache.append(k * 2, k)
+    assert cache.k.untyped_storage().data_ptr() == storage  # no new tensor: the past is never copied
+    assert torch.equal(cache.k, torch.cat([k, k * 2], dim=2)) and torch.equal(cache.v, torch.cat([k + 1, k], dim=2))
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda c: c.append(rand(1, 2, 8, 4), rand(1, 2, 8, 4)), "the cache holds 3 tokens and max_len is 10; 8 more would make 11"),
+    (lambda c: c.append(rand(2, 2, 1, 4), rand(2, 2, 1, 4)), "the cache holds (B, g, d_k) = (1, 2, 4) but the new keys have shape (2, 2, 1, 4)"),
+    (lambda c: c.append(rand(1, 2, 1, 4), rand(1, 2, 2, 4)), "v has shape (1, 2, 2, 4) but k has shape (1, 2, 1, 4)"),
+    (lambda c: c.append(rand(2, 1, 4), rand(2, 1, 4)), "k must be 4-D, but it has shape (2, 1, 4)"),
+])
+def test_the_cache_refuses_what_does_not_fit(call, says):
+    cache = KVCache(10)
+    cache.append(rand(1, 2, 3, 4), rand(1, 2, 3, 4))
+    with pytest.raises(ValueError, match=__import__("re").escape(says)):
+        call(cache)
+    assert len(cache) == 3  # a refused append leaves the cache as it was
+
+
+# ---------------------------------------------------------------- removing heads (ablation)
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_head_mask_removes_exactly_one_head(need_weights):
+    torch.manual_seed(0)
+    m = MultiHeadAttention(12, 3, num_kv_heads=1).eval()
+    x = rand(2, 5, 12)
+    keep = torch.tensor([1.0, 0.0, 1.0])
+    out, _ = m(x, x, x, causal=True, need_weights=need_weights, head_mask=keep)
+    q = m.split_heads(m.w_q(x))
+    k, v = m.split_heads(m.w_k(x), 1), m.split_heads(m.w_v(x), 1)
+    heads = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # (B, h, L, d_k)
+    heads[:, 1] = 0  # head 1's output removed before the output projection
+    torch.testing.assert_close(out, m.w_o(m.merge_heads(heads)), atol=1e-6, rtol=0)
+    per_batch = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 1.0]])  # (B, h): only the second sequence loses head 1
+    both = m(x, x, x, causal=True, head_mask=per_batch)[0]
+    torch.testing.assert_close(both[1], out[1], atol=1e-6, rtol=0)
+    torch.testing.assert_close(both[0], m(x, x, x, causal=True)[0][0], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda: MultiHeadAttention(12, 4, num_kv_heads=3), "num_heads must be a multiple of num_kv_heads, got num_heads=4 and num_kv_heads=3"),
+    (lambda: MultiHeadAttention(12, 4, num_kv_heads=0), "got num_heads=4 and num_kv_heads=0"),
+    (lambda: MultiHeadAttention(8, 2, rotary=RotaryEmbedding(8)), "rotary must be a RotaryEmbedding with head_dim = d_k = 4, got head_dim=8"),
+    (lambda: MultiHeadAttention(8, 2, window=0), "window must be a positive int or None, got 0"),
+    (lambda: MultiHeadAttention(8, 2)(rand(2, 3, 8), rand(2, 3, 8), rand(2, 3, 8), head_mask=torch.ones(3)),
+     "head_mask has shape (3,) but it must be (h,) = (2,) or (B, h) = (2, 2)"),
+    (lambda: MultiHeadAttention(8, 2)(rand(2, 3, 8), rand(2, 4, 8), rand(2, 4, 8), cache=KVCache(9)),
+     "a cache serves self-attention: query has shape (2, 3, 8) but key has shape (2, 4, 8)"),
+    (lambda: MultiHeadAttention(8, 2)(rand(2, 3, 8), rand(2, 3, 8), rand(2, 3, 8), cache=[]), "cache must be a KVCache, got list"),
+    (lambda: MultiHeadAttention(8, 2, num_kv_heads=1).copy_from_torch(nn.MultiheadAttention(8, 2)),
+     "this module has num_kv_heads=1, rotary=False, window=None"),
+    (lambda: KVCache(0), "max_len must be a positive int, got 0"),
+])
+def test_new_options_refuse_bad_inputs_by_name(make, says):
+    with pytest.raises(ValueError, match=__import__("re").escape(says)):
+        make()
+
+
+def test_a_key_padding_mask_covers_the_cached_keys_too():
+    torch.manual_seed(0)
+    m = MultiHeadAttention(8, 2).eval()
+    x = rand(1, 6, 8)
+    cache = KVCache(8)
+    m(x[:, :5], x[:, :5], x[:, :5], cache=cache)
+    real = torch.tensor([[False, True, True, True, True, True]])  # key 0 is padding
+    _, w = m(x[:, 5:], x[:, 5:], x[:, 5:], cache=cache, key_padding_mask=real, causal=True)
+    assert w.shape == (1, 2, 1, 6) and (w[..., 0] == 0).all()
+    with pytest.raises(ValueError, match=r"key_padding_mask has shape \(1, 6\) but it must be \(B, Lk\) = \(1, 7\)"):
+        m(x[:, 5:], x[:, 5:], x[:, 5:], cache=cache, key_padding_mask=real)

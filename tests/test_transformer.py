@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnlib import FeedForward, TransformerBlock, TransformerEncoder, causal_mask, padding_mask
+from attnlib import KVCache, TransformerBlock, TransformerEncoder, causal_mask, padding_mask
 
 ATOL = 1e-5
 D, H, FF = 32, 4, 64
@@ -114,14 +114,6 @@ def test_return_attention_gives_row_stochastic_maps():
     assert block(x, return_attention=False).shape == x.shape
 
 
-def test_feed_forward_is_position_wise():
-    torch.manual_seed(0)
-    ff = FeedForward(D, FF)
-    x = x_input(B=2, L=5)
-    torch.testing.assert_close(ff(x)[:, 3], ff(x[:, 3:4])[:, 0])  # each position on its own
-    assert sum(p.numel() for p in ff.parameters()) == 2 * D * FF + FF + D
-
-
 def test_parameter_count_equals_torch():
     ours = TransformerBlock(D, H, FF)
     theirs = nn.TransformerEncoderLayer(D, H, FF, batch_first=True)
@@ -189,3 +181,17 @@ def test_copy_from_torch_checks_behaviour_and_undoes_a_bad_copy():
     with pytest.raises(ValueError, match="nn.TransformerEncoderLayer give different outputs on a probe input"):
         ours.copy_from_torch(Shifted(D, H, FF, batch_first=True))
     assert all(torch.equal(before[k], v) for k, v in ours.state_dict().items())  # attention weights included
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_causal_and_a_cache_go_through_the_block(norm_first):
+    """causal=True equals the causal mask; a cached block fed a token at a time equals the full forward."""
+    torch.manual_seed(0)
+    block = TransformerBlock(D, H, FF, dropout=0.0, norm_first=norm_first).eval()
+    x = x_input(B=2, L=7)
+    full = block(x, mask=causal_mask(7))
+    torch.testing.assert_close(block(x, causal=True), full, atol=1e-6, rtol=0)
+    cache = KVCache(7)
+    steps = [block(x[:, :3], causal=True, cache=cache)] + [block(x[:, t:t + 1], causal=True, cache=cache)
+                                                            for t in range(3, 7)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=0)

@@ -33,13 +33,13 @@ def wavelengths_64(answer) -> tuple[bool, str]:
 
 @checker("6.2")
 def decode_position_fn(answer) -> tuple[bool, str]:
-    """``answer(vec (d,)) -> int``: the position p whose row of ``sinusoidal_encoding(1000, 64)`` is nearest to vec."""
+    """``answer(vec (d,)) -> int``: the position p whose row of ``sinusoidal_encoding(64, 1000)`` is nearest to vec."""
     from attnlib.positional import sinusoidal_encoding
 
     problem = callable_problem(answer, "a function where_am_i(vec)")
     if problem:
         return False, problem
-    table = sinusoidal_encoding(1000, 64)
+    table = sinusoidal_encoding(64, 1000)
     g = torch.Generator().manual_seed(0)
     for p in (0, 1, 17, 500, 999):
         for noisy in (False, True):
@@ -63,7 +63,7 @@ def decode_position_fn(answer) -> tuple[bool, str]:
 def _gap(block, x, perm, alpha):
     from attnlib.positional import sinusoidal_encoding
 
-    pe = sinusoidal_encoding(x.shape[1], x.shape[2])
+    pe = sinusoidal_encoding(x.shape[2], x.shape[1])
     with torch.no_grad():
         out = block(x + alpha * pe)
         out_perm = block(x[:, perm] + alpha * pe)[:, perm.argsort()]
