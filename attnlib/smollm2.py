@@ -145,7 +145,7 @@ class SmolLM2(CausalLM, nn.Module):
     @torch.no_grad()
     def load_gguf(self, gguf: GGUFFile) -> "SmolLM2":
         """Copy every tensor of an open GGUF file into this model (dequantized, float32); returns self."""
-        c, own = self.config, dict(self.named_parameters())
+        c = self.config
         wanted = {"token_embd.weight": "tok_emb.weight", "output_norm.weight": "norm.weight"}
         for i in range(c.num_layers):
             for theirs, ours in _LAYER_MAP.items():
@@ -153,6 +153,19 @@ class SmolLM2(CausalLM, nn.Module):
         if set(gguf.tensors) != set(wanted):
             raise ValueError(f"{gguf.path.name} does not hold this model's tensors: missing "
                              f"{sorted(set(wanted) - set(gguf.tensors))[:5]}, unexpected {sorted(set(gguf.tensors) - set(wanted))[:5]}")
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # see below
+        try:
+            self._copy_tensors(gguf, wanted)
+        finally:
+            torch.set_num_threads(threads)
+        return self
+
+    def _copy_tensors(self, gguf: GGUFFile, wanted: dict[str, str]) -> None:
+        """Dequantize and copy, on one thread: dequantizing is a few elementwise passes over each tensor,
+        memory-bound; one thread does the whole file in about 0.6 s, while two threads sharing a core
+        with another busy process spent 16 s waiting for each other (measured on 2 cores)."""
+        c, own = self.config, dict(self.named_parameters())
         for theirs, ours in wanted.items():
             w = gguf.tensor(theirs)
             if theirs.endswith("attn_q.weight"):
@@ -162,7 +175,6 @@ class SmolLM2(CausalLM, nn.Module):
             if w.shape != own[ours].shape:
                 raise ValueError(f"{theirs} has shape {shape_of(w)} but {ours} has shape {shape_of(own[ours])}")
             own[ours].copy_(w)
-        return self
 
 
 _LAYER_MAP = {"attn_norm": "norm1", "attn_q": "attn.w_q", "attn_k": "attn.w_k", "attn_v": "attn.w_v",
