@@ -13,13 +13,14 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 install: $(STAMP)
 
-$(STAMP): requirements.txt pyproject.toml tools/install_torch.py
+$(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml tools/install_torch.py
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: no '$(PYTHON)' on the PATH; name a Python 3.11.5 or newer with  make install PYTHON=python3.12" >&2; exit 1; }
 	@$(PYTHON) tools/check_python.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) tools/install_torch.py $(TORCH)
 	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --require-hashes -r requirements-nodeps.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	rm -f $(VENV)/.installed $(VENV)/.installed-torch-*
 	touch $(STAMP)

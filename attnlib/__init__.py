@@ -37,6 +37,9 @@ _EXPORTS = {  # module -> the public names it gives the package
                  "train_seq2seq"],
     "parallel": ["fork_is_safe", "parallel_map"],
     "minilm": ["MiniLM", "MiniLMOutput", "WordPieceTokenizer", "load_minilm"],
+    "gguf_io": ["GGUFFile", "unpermute_rope_rows"],
+    "gguf_tokenizer": ["GGUFTokenizer"],
+    "smollm2": ["SmolLM2", "SmolLM2Config", "load_smollm2"],
     "plotting": ["plot_curves", "plot_heads", "plot_heatmap"],
     "widgets": ["AttentionExplorer", "AttentionHeatmap"],
     "widget_compare": ["AttentionCompare", "compare"],
@@ -83,6 +86,9 @@ if TYPE_CHECKING:  # for editors and type checkers: the same names, imported eag
                        make_sorting)
     from .exercises import check
     from .minilm import MiniLM, MiniLMOutput, WordPieceTokenizer, load_minilm
+    from .gguf_io import GGUFFile, unpermute_rope_rows
+    from .gguf_tokenizer import GGUFTokenizer
+    from .smollm2 import SmolLM2, SmolLM2Config, load_smollm2
     from .multihead import KVCache, MultiHeadAttention
     from .paths import model_path, save_path
     from .plotting import plot_curves, plot_heads, plot_heatmap
