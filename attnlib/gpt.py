@@ -9,7 +9,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ._checks import check_tensor, shape_of
 from .checkpoint import Checkpointed
 from .multihead import KVCache
 from .sampling import CausalLM, sample_next  # noqa: F401  (sample_next: also attnlib.gpt.sample_next)
@@ -55,7 +54,7 @@ class GPT(CausalLM, Checkpointed, nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = c = config
-        self.max_len, self.vocab_size = c.max_len, c.vocab_size
+        self.max_len, self.vocab_size, self.num_layers, self.num_heads = c.max_len, c.vocab_size, c.num_layers, c.num_heads
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
         self.pos_emb = nn.Embedding(c.max_len, c.d_model)
         self.drop = nn.Dropout(c.dropout)
@@ -74,38 +73,6 @@ class GPT(CausalLM, Checkpointed, nn.Module):
         """An empty cache: one :class:`attnlib.KVCache` per layer, for up to ``max_len`` tokens."""
         return [KVCache(self.config.max_len) for _ in self.blocks]
 
-    def _check(self, ids: torch.Tensor, cache: list[KVCache] | None, head_mask: torch.Tensor | None) -> int:
-        """Raise ValueError for inputs that do not fit; return the position of the first new token."""
-        check_tensor("ids", ids, ndim=2)
-        if ids.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"ids must be integer token ids of shape (B, T), got dtype {ids.dtype}")
-        if ids.shape[1] == 0:
-            raise ValueError(f"ids has shape {shape_of(ids)}; it needs at least one token")
-        V = self.config.vocab_size
-        if ids.min() < 0 or ids.max() >= V:
-            raise ValueError(f"ids must lie in [0, {V - 1}] (vocab_size={V}), "
-                             f"got values from {ids.min().item()} to {ids.max().item()}")
-        start = 0
-        if cache is not None:
-            if not isinstance(cache, list) or len(cache) != len(self.blocks) or \
-                    not all(isinstance(c, KVCache) for c in cache):
-                raise ValueError(f"cache must be model.new_cache(): a list of {len(self.blocks)} KVCache, "
-                                 f"got {type(cache).__name__}")
-            start = len(cache[0])
-            held = cache[0].k
-            if held is not None and held.shape[0] != ids.shape[0]:
-                raise ValueError(f"ids has batch size {ids.shape[0]} but the cache was filled with batch size "
-                                 f"{held.shape[0]}")
-        if start + ids.shape[1] > self.config.max_len:
-            raise ValueError(f"ids has shape {shape_of(ids)} and the cache holds {start} tokens: {start + ids.shape[1]} "
-                             f"positions in all, but max_len is {self.config.max_len}")
-        if head_mask is not None:
-            check_tensor("head_mask", head_mask, ndim=2)
-            want = (len(self.blocks), self.config.num_heads)
-            if shape_of(head_mask) != want:
-                raise ValueError(f"head_mask has shape {shape_of(head_mask)} but it must be (layers, heads) = {want}")
-        return start
-
     def forward(self, ids: torch.Tensor, cache: list[KVCache] | None = None, return_attention: bool = False,
                 head_mask: torch.Tensor | None = None):
         """ids (B, T) -> logits (B, T, vocab_size), or ``(logits, [weights per layer, each (B, h, T, T_total)])``.
@@ -115,7 +82,7 @@ class GPT(CausalLM, Checkpointed, nn.Module):
         ``T_total = len(cache[0]) + T`` tokens. ``head_mask (num_layers, num_heads)`` scales each head's
         output (0 removes a head: ablation).
         """
-        start = self._check(ids, cache, head_mask)
+        start = self.check_inputs(ids, cache, head_mask)
         positions = torch.arange(start, start + ids.shape[1], device=ids.device)  # continue after the cached tokens
         x = self.drop(self.tok_emb(ids) + self.pos_emb(positions))  # (B, T, d_model)
         maps = []

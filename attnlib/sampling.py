@@ -8,7 +8,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_tensor
+from ._checks import check_tensor, shape_of
+from .multihead import KVCache
 from .runtime import eval_mode
 
 
@@ -27,16 +28,55 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
 
 
 class CausalLM:
-    """``generate`` for a model with ``forward(ids, cache=None) -> logits (B, T, V)``, ``new_cache()``,
-    and the attributes ``max_len`` (the longest context it can read) and ``vocab_size``."""
+    """``generate`` and the input checks of a decoder-only model with ``forward(ids, cache=None) -> logits (B, T, V)``
+    and ``new_cache()`` (one :class:`attnlib.KVCache` per layer), and the attributes ``max_len`` (the longest
+    context it can read), ``vocab_size``, ``num_layers`` and ``num_heads``."""
 
     max_len: int
     vocab_size: int
+    num_layers: int
+    num_heads: int
+
+    def check_inputs(self, ids: torch.Tensor, cache: list | None, head_mask: torch.Tensor | None) -> int:
+        """Raise ValueError for inputs that do not fit; return the position of the first new token."""
+        check_tensor("ids", ids, ndim=2)
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"ids must be integer token ids of shape (B, T), got dtype {ids.dtype}")
+        if ids.shape[1] == 0:
+            raise ValueError(f"ids has shape {shape_of(ids)}; it needs at least one token")
+        V = self.vocab_size
+        if ids.min() < 0 or ids.max() >= V:
+            raise ValueError(f"ids must lie in [0, {V - 1}] (vocab_size={V}), "
+                             f"got values from {ids.min().item()} to {ids.max().item()}")
+        start = 0
+        if cache is not None:
+            if not isinstance(cache, list) or len(cache) != self.num_layers or \
+                    not all(isinstance(c, KVCache) for c in cache):
+                raise ValueError(f"cache must be model.new_cache(): a list of {self.num_layers} KVCache, "
+                                 f"got {type(cache).__name__}")
+            start = len(cache[0])
+            held = cache[0].k
+            if held is not None and held.shape[0] != ids.shape[0]:
+                raise ValueError(f"ids has batch size {ids.shape[0]} but the cache was filled with batch size "
+                                 f"{held.shape[0]}")
+        if start + ids.shape[1] > self.max_len:
+            raise ValueError(f"ids has shape {shape_of(ids)} and the cache holds {start} tokens: {start + ids.shape[1]} "
+                             f"positions in all, but max_len is {self.max_len}")
+        if head_mask is not None:
+            check_tensor("head_mask", head_mask, ndim=2)
+            want = (self.num_layers, self.num_heads)
+            if shape_of(head_mask) != want:
+                raise ValueError(f"head_mask has shape {shape_of(head_mask)} but it must be (layers, heads) = {want}")
+        return start
 
     @torch.no_grad()
     def generate(self, ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 use_cache: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+                 use_cache: bool = True, generator: torch.Generator | None = None,
+                 stop_id: int | None = None) -> torch.Tensor:
         """Extend ``ids (B, T)`` by ``max_new_tokens`` chosen tokens; returns ``(B, T + max_new_tokens)``.
+
+        With ``stop_id`` (an end-of-answer token such as SmolLM2's ``<|im_end|>``), generation ends early once
+        every sequence has produced it; a sequence that ended continues with ``stop_id`` only.
 
         ``temperature=0`` is greedy (argmax); otherwise the logits are divided by ``temperature``,
         optionally cut to the ``top_k`` largest, and one token is drawn with ``generator``. The model
@@ -53,14 +93,20 @@ class CausalLM:
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
         if top_k is not None and not 1 <= top_k <= self.vocab_size:
             raise ValueError(f"top_k must be in [1, {self.vocab_size}] (vocab_size), got {top_k}")
+        if stop_id is not None and not 0 <= stop_id < self.vocab_size:
+            raise ValueError(f"stop_id must be a token id in [0, {self.vocab_size - 1}], got {stop_id}")
+        done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
         with eval_mode(self):
             out, window = ids, self.max_len
             cache = self.new_cache() if use_cache else None
             logits = self(ids[:, -window:], cache)[:, -1]  # (B, V): the prompt, cropped to the context
             for step in range(max_new_tokens):
                 nxt = sample_next(logits, temperature, top_k, generator)  # (B, 1)
+                if stop_id is not None:
+                    nxt = nxt.masked_fill(done[:, None], stop_id)  # a finished sequence only repeats stop_id
+                    done = done | (nxt[:, 0] == stop_id)
                 out = torch.cat([out, nxt], dim=1)  # (B, T + step + 1)
-                if step + 1 == max_new_tokens:  # the logits after the last token are never used
+                if step + 1 == max_new_tokens or bool(done.all()):  # the logits after the last token are never used
                     break
                 if cache is None:
                     logits = self(out[:, -window:])[:, -1]

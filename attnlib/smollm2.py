@@ -35,7 +35,6 @@ from torch import nn
 from ._checks import shape_of
 from .gguf_io import GGUFFile, file_sha256, unpermute_rope_rows
 from .gguf_tokenizer import GGUFTokenizer
-from .gpt import GPT
 from .layers import RMSNorm, SwiGLU
 from .multihead import KVCache, MultiHeadAttention
 from .positional import RotaryEmbedding
@@ -110,7 +109,7 @@ class SmolLM2(CausalLM, nn.Module):
     def __init__(self, config: SmolLM2Config = SmolLM2Config()):
         super().__init__()
         self.config = c = config
-        self.max_len, self.vocab_size = c.max_len, c.vocab_size
+        self.max_len, self.vocab_size, self.num_layers, self.num_heads = c.max_len, c.vocab_size, c.num_layers, c.num_heads
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
         rotary = RotaryEmbedding(c.head_dim, base=c.rope_base, interleaved=False)  # one rotation, shared by all layers
         self.blocks = nn.ModuleList(SmolLM2Block(c, rotary) for _ in range(c.num_layers))
@@ -122,8 +121,6 @@ class SmolLM2(CausalLM, nn.Module):
         """One empty :class:`KVCache` per layer; each will hold ``(B, num_kv_heads, length, head_dim)``."""
         return [KVCache(self.config.max_len) for _ in self.blocks]
 
-    _check = GPT._check  # the same input checks as GPT: ids (rank, dtype, range), the cache, head_mask, the context
-
     def forward(self, ids: torch.Tensor, cache: list[KVCache] | None = None, return_attention: bool = False,
                 head_mask: torch.Tensor | None = None):
         """ids (B, T) -> logits (B, T, vocab_size), or ``(logits, [per layer (B, num_heads, T, T_total)])``.
@@ -132,7 +129,7 @@ class SmolLM2(CausalLM, nn.Module):
         continue from the tokens already held, and ``T_total`` counts both. ``head_mask`` (num_layers,
         num_heads) multiplies each head's output (0 removes the head: ablation).
         """
-        self._check(ids, cache, head_mask)
+        self.check_inputs(ids, cache, head_mask)
         x = self.tok_emb(ids)  # (B, T, d_model)
         maps = []
         for i, block in enumerate(self.blocks):

@@ -246,3 +246,22 @@ def test_head_mask_zero_removes_a_head_and_ones_change_nothing():
     model.blocks[1].attn.w_o.register_forward_pre_hook(lambda m, args: seen.setdefault("heads", args[0].clone()))
     model(ids, head_mask=ablated)
     assert (seen["heads"][..., 8:12] == 0).all() and (seen["heads"][..., :8] != 0).any()  # head 2 of layer 1 is gone
+
+
+def test_generation_stops_when_every_sequence_has_produced_the_stop_token():
+    model = small(seed=2)
+    prompt = torch.randint(0, 11, (3, 4), generator=torch.Generator().manual_seed(0))
+    free = model.generate(prompt, 20, temperature=0)
+    stop = int(free[0, 6])  # a token the greedy run of row 0 produces
+    out = model.generate(prompt, 20, temperature=0, stop_id=stop)
+    for row, full in zip(out, free):
+        new, ref = row[4:], full[4:4 + len(row) - 4]
+        hit = (ref == stop).nonzero()
+        if len(hit):  # up to the first stop the tokens are the free run's; after it only stop_id
+            k = int(hit[0])
+            assert torch.equal(new[:k + 1], ref[:k + 1]) and (new[k:] == stop).all()
+        else:
+            assert torch.equal(new, ref)
+    assert (out[:, -1] == stop).all() or out.shape[1] == 24  # it ended early only when every row had stopped
+    with pytest.raises(ValueError, match=r"stop_id must be a token id in \[0, 10\], got 11"):
+        model.generate(prompt, 3, stop_id=11)
