@@ -11,11 +11,13 @@ NAMES = [  # everything the notebooks and the other helpers import from attnlib
     "DecoderState", "Encoder", "FeedForward", "History", "LearnedPositionalEmbedding", "LearnedPositionalEncoding",
     "LuongAttention", "MiniLM", "MiniLMOutput", "MultiHeadAttention", "Seq2Seq", "Seq2SeqData",
     "SinusoidalPositionalEncoding", "TaggerConfig", "TransformerBlock", "TransformerEncoder", "TransformerTagger",
-    "Vocab", "WordPieceTokenizer", "batches", "beam_search", "causal_mask", "check", "evaluate_seq2seq",
+    "Vocab", "WordPieceTokenizer", "batches", "beam_search", "causal_mask", "check",
     "format_date", "get_device", "greedy_decode", "load_minilm", "load_seq2seq", "make_copy", "make_dates",
     "make_reversal", "make_sorting", "masked_softmax", "model_path", "padding_mask", "plot_curves", "plot_heads",
     "plot_heatmap", "progress_bar", "save_path", "save_seq2seq", "scaled_dot_product_attention", "seed_everything",
     "sequence_accuracy", "sinusoidal_encoding", "teacher_forcing_ratio", "token_accuracy", "train_seq2seq",
+    "evaluate", "make_sort_batch", "previous_digit_batch", "shift_right", "sequence_loss", "train_steps", "Spread",
+    "above", "apart", "spread", "verdict",
 ]
 
 
