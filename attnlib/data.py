@@ -270,7 +270,7 @@ def _generator(generator: torch.Generator | int) -> torch.Generator:
 
 def make_sort_batch(n: int, generator: torch.Generator | int, min_len: int = 1, max_len: int = 12,
                     pad_id: int = 10, ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``n`` inputs of digits to sort, as built in notebook 07 (section 2) and read again in notebook 08.
+    """``n`` inputs of digits to sort, as built in notebook 07 (section 4) and read again in notebook 08.
 
     Each input has a length drawn uniformly from ``min_len..max_len`` and digits drawn from its own
     random palette of 1 to 10 different digits, so that repeated digits are common (with uniform
@@ -304,7 +304,7 @@ def previous_digit_batch(n: int, generator: torch.Generator | int, length: int =
                          ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` sequences of ``length`` uniform digits; the target at each position is the digit before it.
 
-    Built in notebook 06 (section 5) and used again in notebook 12: a task that only positions can
+    Built in notebook 06 (section 4) and used again in notebook 12: a task that only positions can
     solve. Position 0 has no previous digit: its target is ``ignore_index``. The draws come from
     ``generator`` (a ``torch.Generator`` or an int seed). Returns ``tokens (n, length)`` and
     ``targets (n, length)``.

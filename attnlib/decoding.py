@@ -5,8 +5,8 @@ Both functions speak only the protocol that :class:`attnlib.Seq2Seq` (LSTM) and
 ``model.decode_step(tokens (B,), state, need_weights) -> (logits (B, V), state, weights or None)``,
 ``state.select(rows)``
 and the ids ``model.bos_id``, ``model.eos_id``, ``model.pad_id``. They run in eval mode and give the
-model back its own mode. Greedy decoding is built by hand in notebook 01 (section 3), beam search in
-notebook 01 (section 6).
+model back its own mode. Greedy decoding is built by hand in notebook 01 (section 5), beam search in
+notebook 01 (section 9).
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ decoder steps, so ``project_keys(keys)`` computes it once per sequence; pass the
 ``key_padding_mask`` is bool ``(B, L)``, True = a real key. Padded keys get weight exactly 0; a
 row with every key padded gets zero weights and a zero context, never NaN.
 
-Built in notebook 02 (Bahdanau, section 2) and notebook 03 (Luong's three scores, section 1).
+Built in notebook 02 (Bahdanau, section 1) and notebook 03 (Luong's three scores, section 1).
 """
 from __future__ import annotations
 

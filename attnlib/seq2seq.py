@@ -1,4 +1,4 @@
-"""An LSTM encoder-decoder, with or without attention (built in notebooks 01 and 02).
+"""An LSTM encoder-decoder, with or without attention (built in notebook 01, sections 2-3, and notebook 02, section 2).
 
 * :class:`Encoder` reads the source and returns every output ``(B, Ls, H_enc)`` and its final
   state. That final state is all a plain :class:`Decoder` ever sees: the bottleneck.
@@ -57,7 +57,7 @@ class Encoder(nn.Module):
 
     ``forward(src (B, Ls), src_key_padding_mask (B, Ls) bool or None) -> (outputs (B, Ls, output_dim), (h, c))``
     with ``h``, ``c`` of shape ``(num_layers, B, hidden_dim)``. Without a mask, the padding is
-    ``src == pad_id``. Padding is skipped (packed sequences), so the real tokens must come first in
+    ``src == pad_id``. Padding is skipped (packed sequences, when a row has any), so the real tokens must come first in
     each row; the final state is that of each sequence's last real token and the outputs at padded
     positions are 0. When ``bidirectional``, ``output_dim = 2 * hidden_dim`` and a Linear "bridge"
     maps the two directions' final states to one of ``hidden_dim``.
@@ -86,9 +86,12 @@ class Encoder(nn.Module):
         lengths = real.sum(1)
         if bool((lengths == 0).any()):
             raise ValueError(f"every source needs at least one real token; lengths are {lengths.tolist()}")
-        packed = pack_padded_sequence(self.embedding(src), lengths.cpu(), batch_first=True, enforce_sorted=False)
-        out, (h, c) = self.rnn(packed)
-        out, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, Ls, output_dim)
+        if bool((lengths == src.shape[1]).all()):  # no padding: nothing to skip, and packing costs time
+            out, (h, c) = self.rnn(self.embedding(src))  # (B, Ls, output_dim)
+        else:
+            packed = pack_padded_sequence(self.embedding(src), lengths.cpu(), batch_first=True, enforce_sorted=False)
+            out, (h, c) = self.rnn(packed)
+            out, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, Ls, output_dim)
         if self.bidirectional:  # (layers * 2, B, H) -> (layers, B, 2H) -> (layers, B, H)
             join = lambda s: s.view(self.num_layers, 2, *s.shape[1:]).permute(0, 2, 1, 3).flatten(2)  # noqa: E731
             h, c = torch.tanh(self.bridge_h(join(h))), self.bridge_c(join(c))
@@ -99,9 +102,9 @@ class Decoder(nn.Module):
     """A plain LSTM decoder: it starts from the encoder's final state and never sees the source again.
 
     One ``nn.LSTM`` (``self.rnn``) holds the weights. ``forward(inputs (B, T), state, teacher_forcing=1.0)
-    -> (logits (B, T, V), None)`` runs it over the whole target in one call under teacher forcing;
-    ``step(tokens (B,), state) -> (logits (B, V), new state, None)`` runs the same weights one token
-    at a time (``nn.LSTMCell``'s computation), for decoding and for scheduled sampling.
+    -> (logits (B, T, V), None)`` runs it over the whole target in one call;
+    ``step(tokens (B,), state) -> (logits (B, V), new state, None)`` runs the same weights one token at a
+    time (``nn.LSTMCell``'s computation, :meth:`lstm_step`), for decoding.
     ``context_dim`` is for :class:`AttentionDecoder`, which adds a context to the input and the output.
     """
 
@@ -134,42 +137,65 @@ class Decoder(nn.Module):
             x = h
         return new_h, new_c
 
-    def advance(self, emb: torch.Tensor, hs, cs, state: DecoderState):
+    def _advance(self, emb: torch.Tensor, hs, cs, state: DecoderState):
         """One step from the embedded input ``emb (B, E)``: ``(hs, cs, features for the output layer, weights)``."""
         hs, cs = self.lstm_step(emb, hs, cs)
         return hs, cs, hs[-1], None  # the top layer's state (B, H)
 
     def step(self, tokens: torch.Tensor, state: DecoderState):
-        hs, cs, features, weights = self.advance(self.embedding(tokens), state.h.unbind(0), state.c.unbind(0), state)
+        hs, cs, features, weights = self._advance(self.embedding(tokens), state.h.unbind(0), state.c.unbind(0), state)
         return self.out(features), state._replace(h=torch.stack(hs), c=torch.stack(cs)), weights  # logits (B, V)
 
     def forward(self, inputs: torch.Tensor, state: DecoderState, teacher_forcing: float = 1.0,
                 generator: torch.Generator | None = None):
-        """Decode ``inputs.shape[1]`` steps from ``state``: ``(logits (B, T, V), weights (B, T, Ls) or None)``.
+        """Decode ``inputs.shape[1]`` steps from ``state``: ``(logits (B, T, V), None)``.
 
         ``inputs (B, T)`` are the gold decoder inputs (``<bos>``, then the target shifted). At step
         t > 0 each row reads its gold input with probability ``teacher_forcing``, else its own
-        previous prediction (argmax); the draws come from ``generator`` (None: PyTorch's global one).
-        """
-        if teacher_forcing == 1.0:
-            return self.teacher_forced(inputs, state)
-        hs, cs = state.h.unbind(0), state.c.unbind(0)
-        tokens, logits, weights = inputs[:, 0], [], []
-        for t in range(inputs.shape[1]):
-            if t > 0 and teacher_forcing == 0.0:
-                tokens = logits[-1].argmax(-1)  # (B,) free running: the previous prediction
-            elif t > 0:
-                gold = torch.rand(len(tokens), generator=generator, device=inputs.device) < teacher_forcing
-                tokens = torch.where(gold, inputs[:, t], logits[-1].argmax(-1))
-            hs, cs, features, w = self.advance(self.embedding(tokens), hs, cs, state)
-            logits.append(self.out(features))  # (B, V): the next choice needs it now
-            weights.append(w)
-        return torch.stack(logits, 1), None if weights[0] is None else torch.stack(weights, 1)
+        previous prediction (argmax); the draws are one ``(T, B)`` uniform tensor from ``generator``
+        (None: PyTorch's global generator).
 
-    def teacher_forced(self, inputs: torch.Tensor, state: DecoderState):
-        """Every gold input at once: one ``nn.LSTM`` call over ``(B, T)`` -> ``(logits (B, T, V), None)``."""
-        out, _ = self.rnn(self.embedding(inputs), (state.h, state.c))  # (B, T, H)
+        Under teacher forcing the LSTM runs over the whole target in one call. Under scheduled
+        sampling the tokens each step reads are found first, one step at a time without gradients
+        (a choice of token passes no gradient anyway); then the LSTM runs over those tokens in one
+        call, which is the same computation with far less work. With dropout between layers in
+        training, the choices and the gradients must see the same dropout masks: then one pass,
+        step by step.
+        """
+        if teacher_forcing < 1.0:
+            if self.training and self.dropout > 0 and self.num_layers > 1:
+                return self._loop(inputs, state, teacher_forcing, generator)[:2]
+            with torch.no_grad():
+                inputs = self._loop(inputs, state, teacher_forcing, generator)[2]  # (B, T) the tokens read
+        out, _ = self.rnn(self.embedding(inputs), (state.h, state.c))  # (B, T, H): one call for every step
         return self.out(out), None
+
+    def _loop(self, inputs: torch.Tensor, state: DecoderState, teacher_forcing: float = 1.0,
+              generator: torch.Generator | None = None):
+        """:meth:`forward` one step at a time: ``(logits (B, T, V), weights or None, tokens read (B, T))``.
+
+        The gold inputs are embedded at once and the output layer runs once, after the loop.
+        """
+        B, T = inputs.shape
+        gold = self.embedding(inputs)  # (B, T, E): every gold input at once
+        draws = None
+        if 0.0 < teacher_forcing < 1.0:
+            draws = torch.rand(T, B, generator=generator, device=inputs.device) < teacher_forcing  # (T, B) True = gold
+        hs, cs = state.h.unbind(0), state.c.unbind(0)
+        features, weights, read = [], [], [inputs[:, 0]]
+        for t in range(T):
+            x = gold[:, t]  # (B, E)
+            if t > 0 and teacher_forcing < 1.0:
+                with torch.no_grad():  # a choice of token passes no gradient
+                    predicted = self.out(features[-1]).argmax(-1)  # (B,) the previous step's prediction
+                read.append(predicted if draws is None else torch.where(draws[t], inputs[:, t], predicted))
+                x = self.embedding(read[-1])
+            hs, cs, f, w = self._advance(x, hs, cs, state)
+            features.append(f)
+            weights.append(w)
+        logits = self.out(torch.stack(features, 1))  # (B, T, V): one call for every step
+        tokens = torch.stack(read, 1) if len(read) == T else inputs
+        return logits, None if weights[0] is None else torch.stack(weights, 1), tokens
 
 
 class AttentionDecoder(Decoder):
@@ -199,7 +225,7 @@ class AttentionDecoder(Decoder):
         project = getattr(self.attention, "project_keys", None)
         return DecoderState(*enc_state, memory, project(memory) if project else None, src_key_padding_mask)
 
-    def attend(self, query: torch.Tensor, state: DecoderState):
+    def _attend(self, query: torch.Tensor, state: DecoderState):
         """``(context (B, H_enc), weights (B, Ls))`` of ``query (B, H)`` over the encoder outputs in ``state``."""
         att, mask = self.attention, state.src_key_padding_mask
         if type(att).forward is _RNNAttention.forward and not (att._forward_hooks or att._forward_pre_hooks):
@@ -208,21 +234,15 @@ class AttentionDecoder(Decoder):
             return att(query, state.memory, mask)
         return att(query, state.memory, mask, keys_proj=state.keys_proj)
 
-    def advance(self, emb, hs, cs, state):
-        context, weights = self.attend(hs[-1], state)  # the query: the top layer's previous state
+    def _advance(self, emb, hs, cs, state):
+        context, weights = self._attend(hs[-1], state)  # the query: the top layer's previous state
         hs, cs = self.lstm_step(torch.cat([emb, context], dim=-1), hs, cs)  # input (B, E + H_enc)
         return hs, cs, torch.cat([hs[-1], context], dim=-1), weights  # features (B, H + H_enc)
 
-    def teacher_forced(self, inputs, state):
-        """Every gold input embedded at once, one step per target position, the output layer once at the end."""
-        emb = self.embedding(inputs)  # (B, T, E)
-        hs, cs = state.h.unbind(0), state.c.unbind(0)
-        features, weights = [], []
-        for t in range(inputs.shape[1]):
-            hs, cs, f, w = self.advance(emb[:, t], hs, cs, state)
-            features.append(f)
-            weights.append(w)
-        return self.out(torch.stack(features, 1)), torch.stack(weights, 1)  # (B, T, V), (B, T, Ls)
+    def forward(self, inputs, state, teacher_forcing: float = 1.0, generator: torch.Generator | None = None):
+        """As :meth:`Decoder.forward`, always one step at a time (each step's query is the previous state):
+        ``(logits (B, T, V), weights (B, T, Ls))``."""
+        return self._loop(inputs, state, teacher_forcing, generator)[:2]
 
 
 class Seq2SeqCheckpoint:

@@ -1,5 +1,5 @@
 """A small encoder-decoder transformer: token embeddings, sinusoidal positions, an encoder stack and a stack of
-:class:`attnlib.TransformerDecoderBlock` (built in notebook 10).
+:class:`attnlib.TransformerDecoderBlock` (built in notebook 10, sections 1-4).
 
 It speaks the protocol of the LSTM :class:`attnlib.Seq2Seq`: ``forward(src, tgt, src_key_padding_mask=None,
 return_attention=False)`` runs every target position at once (teacher forcing in one pass, made possible by

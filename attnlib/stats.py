@@ -4,7 +4,7 @@ The series reports every comparison as the mean and the range (lowest, highest) 
 three seeds, printed ``0.998 [0.993, 1.000]``, and calls two results **apart** only when their
 ranges do not overlap: every seed of one is above every seed of the other. Anything else is
 **within noise**, never a ranking. Ranges that touch (one's lowest equals the other's highest)
-overlap. Introduced in notebook 01 (section 5, the hidden-size sweep) and used by every
+overlap. Introduced in notebook 01 (section 8, the hidden-size sweep) and used by every
 notebook that compares seeds.
 
 Values are any sequence of numbers: a list, a tuple, a 1-D tensor or array.

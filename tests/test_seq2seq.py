@@ -114,7 +114,7 @@ def test_the_decoder_lstm_step_is_torch_lstm_cell_and_the_whole_pass_is_torch_ls
     reference = nn.LSTM(8, 16, 2, batch_first=True)
     reference.load_state_dict(dec.rnn.state_dict())
     out, _ = reference(dec.embedding(inputs), (h, c))
-    logits, weights = dec.teacher_forced(inputs, dec.init_state(None, (h, c), None))
+    logits, weights = dec(inputs, dec.init_state(None, (h, c), None))  # teacher forcing: one nn.LSTM call
     torch.testing.assert_close(logits, dec.out(out), atol=1e-6, rtol=0)
     assert weights is None
 
@@ -167,22 +167,52 @@ def test_a_custom_attention_module_or_a_hook_is_called_as_itself():
     assert calls.count("hook") == tgt.shape[1]
 
 
-def test_scheduled_sampling_feeds_gold_or_predicted_tokens_as_drawn():
-    m = model("additive", seed=3).eval()
+@pytest.mark.parametrize("kind,layers", [("plain", 1), ("plain", 2), ("additive", 1)])
+def test_scheduled_sampling_feeds_gold_or_predicted_tokens_as_drawn(kind, layers):
+    m = model(kind, layers=layers, seed=3).eval()
     src, mask, tgt = data()
     with torch.no_grad():
         got = m(src, tgt, mask, teacher_forcing=0.5, generator=torch.Generator().manual_seed(7))
         again = m(src, tgt, mask, teacher_forcing=0.5, generator=torch.Generator().manual_seed(7))
-        assert torch.equal(got, again)
-        draws = torch.Generator().manual_seed(7)  # the same draws, by hand
+        assert torch.equal(got, again) and not torch.equal(got, m(src, tgt, mask))  # some rows read predictions
+        gold = torch.rand(tgt.shape[1], 5, generator=torch.Generator().manual_seed(7)) < 0.5  # the same draws
         state, token, want = m.encode(src, mask), torch.full((5,), m.bos_id), []
         for t in range(tgt.shape[1]):
             if t > 0:
-                gold = torch.rand(5, generator=draws) < 0.5
-                token = torch.where(gold, tgt[:, t - 1], want[-1].argmax(-1))
+                token = torch.where(gold[t], tgt[:, t - 1], want[-1].argmax(-1))
             step_logits, state, _ = m.decode_step(token, state)
             want.append(step_logits)
     torch.testing.assert_close(got, torch.stack(want, 1), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("teacher_forcing", [0.0, 0.6])
+def test_the_plain_decoders_two_passes_give_the_gradients_of_one_pass_step_by_step(teacher_forcing):
+    """Scheduled sampling in a plain decoder: choose the tokens without gradients, then one nn.LSTM call over them.
+    Same logits and same gradients as the one pass that steps the LSTM and keeps the graph."""
+    src, mask, tgt = data()
+    two, one = model("plain", layers=2, seed=5), model("plain", layers=2, seed=5)
+    state_two, state_one = two.encode(src, mask), one.encode(src, mask)
+    inputs = shift_right(tgt, two.bos_id)
+    logits_two, _ = two.decoder(inputs, state_two, teacher_forcing, torch.Generator().manual_seed(1))
+    logits_one = one.decoder._loop(inputs, state_one, teacher_forcing, torch.Generator().manual_seed(1))[0]
+    torch.testing.assert_close(logits_two, logits_one, atol=1e-5, rtol=0)
+    logits_two.square().sum().backward()
+    logits_one.square().sum().backward()
+    for (name, p), q in zip(two.named_parameters(), one.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=name)
+
+
+def test_with_dropout_between_layers_scheduled_sampling_chooses_under_the_masks_it_learns_from():
+    """Training with dropout: one pass step by step (the two passes would draw different masks)."""
+    src, mask, tgt = data()
+    m = model("plain", layers=2, seed=6, dropout=0.5).train()
+    calls = []
+    original = m.decoder._loop
+    m.decoder._loop = lambda *a, **k: calls.append(torch.is_grad_enabled()) or original(*a, **k)
+    m(src, tgt, mask, teacher_forcing=0.5)
+    m.eval()
+    m(src, tgt, mask, teacher_forcing=0.5)
+    assert calls == [True, False]  # training: the graded pass itself; eval: the no-grad first pass
 
 
 def test_teacher_forcing_zero_feeds_its_own_predictions_like_greedy_decoding():
