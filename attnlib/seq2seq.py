@@ -158,7 +158,7 @@ class Decoder(nn.Module):
         Under teacher forcing the LSTM runs over the whole target in one call. Under scheduled
         sampling the tokens each step reads are found first, one step at a time without gradients
         (a choice of token passes no gradient anyway); then the LSTM runs over those tokens in one
-        call, which is the same computation with far less work. With dropout between layers in
+        call and one backward pass, the same computation with less work. With dropout between layers in
         training, the choices and the gradients must see the same dropout masks: then one pass,
         step by step.
         """

@@ -93,6 +93,8 @@ def test_bad_inputs_raise_value_errors_naming_the_shapes():
     memory = model.encode(torch.ones(2, 4, dtype=torch.long)).memory
     with pytest.raises(ValueError, match=r"tgt_in has shape \(3, 2\) but memory has shape \(2, 4, 16\)"):
         model.decode(torch.ones(3, 2, dtype=torch.long), memory)
+    with pytest.raises(ValueError, match=r"src_key_padding_mask has shape \(2, 5\) but it must be memory's \(B, Ls\)"):
+        model.decode(torch.ones(2, 2, dtype=torch.long), memory, torch.ones(2, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"logits has shape \(2, 3, 9\) but tgt has shape \(2, 4\)"):
         sequence_loss(torch.zeros(2, 3, 9), torch.zeros(2, 4, dtype=torch.long))
 
