@@ -3,9 +3,8 @@ not safe, and a failing or dying child is reported in the caller."""
 import pytest
 import torch
 
-from attnlib import (AdditiveAttention, AttentionDecoder, Encoder, Seq2Seq, evaluate_seq2seq, make_reversal,
-                     seed_everything, train_seq2seq)
-
+from attnlib import (AdditiveAttention, AttentionDecoder, Encoder, Seq2Seq, evaluate, make_reversal, seed_everything,
+                     train_seq2seq)
 
 
 def _train_one(seed: int) -> dict:
@@ -15,7 +14,7 @@ def _train_one(seed: int) -> dict:
     model = Seq2Seq(Encoder(13, 8, 16), AttentionDecoder(13, 8, 16, 16, AdditiveAttention(16, 16, 16)))
     train_seq2seq(model, data, epochs=2, lr=1e-2, batch_size=32, teacher_forcing=(1.0, 0.5, 0.5), seed=seed,
                   progress=False)
-    return {"state": model.state_dict(), "acc": evaluate_seq2seq(model, data)}
+    return {"state": model.state_dict(), "acc": evaluate(model, data)}
 
 
 def test_parallel_map_forks_and_gives_exactly_the_loops_results(monkeypatch):
