@@ -37,9 +37,9 @@ _EXPORTS = {  # module -> the public names it gives the package
                  "train_seq2seq"],
     "parallel": ["fork_is_safe", "parallel_map"],
     "minilm": ["MiniLM", "MiniLMOutput", "WordPieceTokenizer", "load_minilm"],
-    "plotting": ["plot_curves", "plot_heads", "plot_heatmap"],
-    "widgets": ["AttentionExplorer", "AttentionHeatmap"],
-    "widget_compare": ["AttentionCompare", "compare"],
+    "viz.plotting": ["plot_curves", "plot_heads", "plot_heatmap"],
+    "viz.widgets": ["AttentionExplorer", "AttentionHeatmap"],
+    "viz.compare": ["AttentionCompare", "compare"],
     "decoder": ["TransformerDecoderBlock"],
     "seq2seq_transformer": ["Seq2SeqTransformer", "Seq2SeqTransformerConfig", "evaluate_transformer", "sequence_loss"],
     "gpt": ["GPT", "GPTConfig", "KVCache", "sample_next"],
@@ -79,14 +79,14 @@ if TYPE_CHECKING:  # for editors and type checkers: the same names, imported eag
     from .gqa import GroupedQueryAttention
     from .rotary import RotaryEmbedding
     from .tiled import online_softmax, online_softmax_stats, tiled_attention
-    from .widget_compare import AttentionCompare, compare
+    from .viz.compare import AttentionCompare, compare
     from .data import (Batch, Seq2SeqData, Vocab, batches, format_date, make_copy, make_dates, make_reversal,
                        make_sorting)
     from .exercises import check
     from .minilm import MiniLM, MiniLMOutput, WordPieceTokenizer, load_minilm
     from .multihead import MultiHeadAttention
     from .paths import model_path, save_path
-    from .plotting import plot_curves, plot_heads, plot_heatmap
+    from .viz.plotting import plot_curves, plot_heads, plot_heatmap
     from .positional import (LearnedPositionalEmbedding, LearnedPositionalEncoding, SinusoidalPositionalEncoding,
                              sinusoidal_encoding)
     from .rnn_attention import AdditiveAttention, LuongAttention
@@ -98,4 +98,4 @@ if TYPE_CHECKING:  # for editors and type checkers: the same names, imported eag
     from .training import (History, evaluate_seq2seq, sequence_accuracy, teacher_forcing_ratio, token_accuracy,
                            train_seq2seq)
     from .transformer import FeedForward, TransformerBlock, TransformerEncoder
-    from .widgets import AttentionExplorer, AttentionHeatmap
+    from .viz.widgets import AttentionExplorer, AttentionHeatmap

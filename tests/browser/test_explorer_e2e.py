@@ -374,7 +374,7 @@ def test_a_big_explorer_gets_its_maps_from_the_kernel(jupyter, browser_context, 
 
 COMPARE_NOTEBOOK = "compare_views.ipynb"
 COMPARE_SOURCE = """import torch
-from attnlib.widget_compare import compare
+from attnlib.viz.compare import compare
 
 g = torch.Generator().manual_seed(0)
 a, b = (torch.softmax(2 * torch.randn(2, 3, 8, 8, generator=g), dim=-1) for _ in range(2))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib.widgets import AttentionExplorer, AttentionHeatmap
+from attnlib.viz.widgets import AttentionExplorer, AttentionHeatmap
 
 from .helpers import open_bare_page, widget_state
 from .test_widget_js import attr, canvas_geometry, cell_centre, pixel, softmax_maps
