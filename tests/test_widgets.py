@@ -698,3 +698,17 @@ def test_30_by_9_picture_puts_the_grid_under_the_map_layers_along_x():
     assert 700 <= tall.shape[1] <= 1300 and 600 <= tall.shape[0] <= 1000, tall.shape  # about 1000 x 850, not 2 m tall
     few = png_of(AttentionExplorer(w[:6], [f"t{i}" for i in range(40)], mask=allowed)._repr_mimebundle_()[0])
     assert few.shape[1] > few.shape[0]  # 6 layers: the grid beside the map, as before
+
+
+def test_a_payload_stored_before_viz_still_makes_a_page(explorer):
+    """Notebooks executed before attnlib.viz carry exports without _constants, _map_rest and clip_sink; the
+    static site must still draw them, with the numbers from Python (the page keeps no copy)."""
+    old = json.loads(json.dumps(export_state(explorer.state)))
+    for name in ("_constants", "_map_rest", "clip_sink"):
+        del old["state"][name]
+    page = export_page(old)
+    state = json.loads(re.search(r'id="attnlib-state" type="application/json">(.*?)</script>', page).group(1))
+    assert state["_constants"]["thumb"] == 56 and state["_map_rest"] == old["state"]["_map_hi"]
+    new = export_state(explorer.state)
+    assert json.loads(re.search(r'id="attnlib-state" type="application/json">(.*?)</script>', export_page(new)).group(1)) == \
+        json.loads(json.dumps(new["state"]))  # a new payload goes through unchanged

@@ -17,7 +17,7 @@ import pathlib
 
 import numpy as np
 
-from .state import AttentionState, page_model
+from .state import PAGE_CONSTANTS, AttentionState, page_model
 
 STATIC = pathlib.Path(__file__).parent / "static"
 ESM, CSS = STATIC / "attention.js", STATIC / "attention.css"  # the widgets' browser code, bundled
@@ -45,11 +45,17 @@ def export_state(s: AttentionState) -> dict:
                                                                     else "AttentionHeatmap")}
 
 
+def _stored_before_viz(state: dict) -> dict:
+    """A payload stored in a notebook executed before attnlib.viz lacks ``_constants`` (the numbers it was made
+    with are today's), ``clip_sink`` and ``_map_rest`` (then the largest value: clipping changes nothing)."""
+    return {"_constants": PAGE_CONSTANTS, "clip_sink": False, "_map_rest": state.get("_map_hi", []), **state}
+
+
 def export_page(payload: dict) -> str:
     """One self-contained HTML page (script, styles and data inline; no network) from :func:`export_state`."""
     script = ESM.read_text().replace("export default { render };", "")
     title = html.escape(payload["title"])
-    state_json = json.dumps(payload["state"]).replace("</", "<\\/")  # a token "</script>" cannot end the block
+    state_json = json.dumps(_stored_before_viz(payload["state"])).replace("</", "<\\/")  # a token "</script>" cannot end the block
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:">

@@ -29,6 +29,10 @@ changed; re-runs the checker cell with Ctrl+Enter and checks that Python printed
 ``selected=1`` and the new head; saves screenshots to
 ``test-artifacts/explorer_e2e_{frontend}_*.png``.
 
+Three more tests write their own small notebooks into the server's folder: a big explorer whose maps the
+kernel sends on demand, the compare view, and an explorer of SmolLM2's shape (30 layers x 9 heads, random
+weights with a first-token sink: hover, pin, switch layer from the menu and the scrolling grid, clip the sink).
+
 The server (``python -m jupyterlab`` or ``python -m notebook``) runs on 127.0.0.1 with a free
 port, a random token and its own config, runtime, settings and workspaces directories,
 wrapped in ``timeout``; it is stopped with POST /api/shutdown, then by killing its own
@@ -314,7 +318,8 @@ def worst_case_seconds(test) -> float:
 
 
 @pytest.mark.parametrize("name", ["test_explorer_in_jupyter", "test_a_big_explorer_gets_its_maps_from_the_kernel",
-                                  "test_compare_views_follow_each_other_through_the_kernel"])
+                                  "test_compare_views_follow_each_other_through_the_kernel",
+                                  "test_a_30_by_9_explorer_in_jupyter"])
 def test_the_kill_comes_after_every_wait(name):
     """If pytest-timeout killed a test before its own waits ran out, a slow step would be reported as a bare
     timeout; this fails when a wait is added or lengthened without raising the test's timeout."""
@@ -432,6 +437,99 @@ def test_compare_views_follow_each_other_through_the_kernel(jupyter, browser_con
         assert page_errors == [], f"uncaught errors in the page: {page_errors}"
     except BaseException:
         save_failure_artifacts(page, log, artifacts, f"explorer_e2e_{frontend}_compare")
+        raise
+    finally:
+        page.close()
+
+
+SMOL_NOTEBOOK = "explorer_30x9.ipynb"
+SMOL_MARKER = "SMOL_CHECK"
+SMOL_SOURCE = """import torch
+from attnlib import AttentionExplorer
+
+g = torch.Generator().manual_seed(0)
+n = 40
+allowed = torch.ones(n, n, dtype=torch.bool).tril()
+w = torch.softmax((2 * torch.randn(30, 9, n, n, generator=g)).masked_fill(~allowed, -1e9), -1)  # SmolLM2's 30 x 9 heads
+share = 0.5 + 0.4 * torch.rand(27, 9, 1, 1, generator=g)  # from layer 3 on, a first-token sink of 0.5-0.9
+w[3:] = w[3:] * (1 - share)
+w[3:, :, :, 0] += share[..., 0]
+smol = AttentionExplorer(w, [f"t{i}" for i in range(n)], mask=allowed, title="30 x 9")
+smol"""
+SMOL_CHECK = f"""# {SMOL_MARKER}
+print(f"layer={{smol.layer}} head={{smol.head}} selected={{smol.selected}} clip_sink={{smol.clip_sink}}")"""
+
+
+def smol_weights():
+    """The weights SMOL_SOURCE builds, computed here too (the same seed and steps)."""
+    import torch
+
+    g, n = torch.Generator().manual_seed(0), 40
+    allowed = torch.ones(n, n, dtype=torch.bool).tril()
+    w = torch.softmax((2 * torch.randn(30, 9, n, n, generator=g)).masked_fill(~allowed, -1e9), -1)
+    share = 0.5 + 0.4 * torch.rand(27, 9, 1, 1, generator=g)
+    w[3:] = w[3:] * (1 - share)
+    w[3:, :, :, 0] += share[..., 0]
+    return w
+
+
+@pytest.mark.timeout(760)  # after every wait below (worst case 705 s; checked above)
+def test_a_30_by_9_explorer_in_jupyter(jupyter, browser_context, artifacts):
+    """SmolLM2's shape (30 layers x 9 heads, 40 tokens, a first-token sink) in a live kernel: hover, pin, switch
+    layer from the menu and from the scrolling grid, clip the sink; the kernel sees every choice."""
+    import nbformat
+
+    frontend, base, token, log = jupyter
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(SMOL_SOURCE), nbformat.v4.new_code_cell(SMOL_CHECK)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, log.parent / "notebooks" / SMOL_NOTEBOOK)
+    w = smol_weights()
+    page = browser_context.new_page()
+    page.set_default_timeout(ACTION_MS)
+    page_errors: list[str] = []
+    page.on("pageerror", lambda e: None if is_known_frontend_error(frontend, e) else page_errors.append(str(e)))
+    try:
+        page.goto(f"{base}{FRONTENDS[frontend][2].replace(NOTEBOOK, SMOL_NOTEBOOK)}token={token}", timeout=60_000)
+        page.wait_for_function(KERNEL_IDLE, arg=SMOL_NOTEBOOK, timeout=60_000)
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        explorer = page.locator(EXPLORER)
+        explorer.wait_for(state="visible", timeout=90_000)
+        page.wait_for_function(ALL_RAN, timeout=90_000)
+        page.wait_for_function(KERNEL_IDLE, arg=SMOL_NOTEBOOK, timeout=30_000)
+        assert page.evaluate(MARK_CHECKER, SMOL_MARKER) >= 0
+        assert explorer.locator("[data-testid^=thumb-]").count() == 270
+        render_ms = explorer.get_attribute("data-render-ms")
+
+        explorer.locator("[data-testid=query-token-5]").hover()  # hover: the browser alone
+        assert explorer.get_attribute("data-active-row") == "5"
+        best = int(w[0, 0, 5].argmax())
+        assert explorer.locator("[data-testid=readout]").inner_text(timeout=ACTION_MS) == \
+            f"t5 → t{best}: {w[0, 0, 5, best].item():.3f} (largest weight)"
+        explorer.locator("[data-testid=query-token-5]").click()  # pin
+        assert explorer.get_attribute("data-selected") == "5"
+
+        before = explorer.evaluate(CANVAS_SUM, "heatmap-canvas")
+        explorer.locator("[data-testid=layer-select]").select_option("18")  # a layer from the menu
+        assert explorer.get_attribute("data-layer") == "18"
+        assert explorer.evaluate(CANVAS_SUM, "heatmap-canvas") != before, "switching layers did not change the map"
+        explorer.locator("[data-testid=thumb-29-8]").click()  # the last head, at the bottom of the scrolling grid
+        assert explorer.get_attribute("data-layer") == "29" and explorer.get_attribute("data-head") == "8"
+        explorer.locator("[data-testid=sink-toggle]").check()  # the sink's column stops setting the top colour
+        assert explorer.get_attribute("data-clip-sink") == "1"
+        top = float(w[29, :, :, 1:].amax())
+        assert explorer.locator("[data-testid=colorbar]").get_attribute("data-vmax") == f"{top:.3f}"
+
+        page.locator("[data-e2e=checker] .jp-InputPrompt").click()  # the kernel saw all of it
+        page.keyboard.press("Control+Enter")
+        expected = "layer=29 head=8 selected=5 clip_sink=True"
+        page.wait_for_function("(text) => (document.querySelector('[data-e2e=checker] .jp-OutputArea')?.innerText || '')"
+                               ".includes(text)", arg=expected, timeout=30_000)
+        explorer.scroll_into_view_if_needed()
+        explorer.screenshot(path=str(artifacts / f"explorer_e2e_{frontend}_30x9.png"))
+        print(f"\n{frontend} 30 x 9 explorer: render {render_ms} ms in the page")
+        assert page_errors == [], f"uncaught errors in the page: {page_errors}"
+    except BaseException:
+        save_failure_artifacts(page, log, artifacts, f"explorer_e2e_{frontend}_30x9")
         raise
     finally:
         page.close()
