@@ -47,6 +47,7 @@ leaves a screenshot there.
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import json
 import os
@@ -304,17 +305,26 @@ WAITING_CALLS = {"goto", "wait_for_function", "wait_for", "wait_for_selector", "
                  "evaluate", "inner_text", "text_content", "check", "uncheck"}
 
 
-def worst_case_seconds(test) -> float:
-    """The longest ``test`` can take before a wait of its own times out: setup, every wait, teardown, artefacts."""
+def waits_in(function) -> float:
+    """Seconds that the Playwright waits of ``function`` can take, and those of this module's functions it calls."""
     waits = 0.0
-    for node in ast.walk(ast.parse(inspect.getsource(test).lstrip())):
+    for node in ast.walk(ast.parse(inspect.getsource(function).lstrip())):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in WAITING_CALLS:
             given = {k.arg: k.value for k in node.keywords}
             ms = eval(compile(ast.Expression(given["timeout"]), "<timeout>", "eval"), globals()) if "timeout" in given \
                 else ACTION_MS
             waits += ms / 1000
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id != function.__name__:
+            helper = globals().get(node.func.id)
+            if inspect.isfunction(helper) and helper.__module__ == __name__:
+                waits += waits_in(helper)
+    return waits
+
+
+def worst_case_seconds(test) -> float:
+    """The longest ``test`` can take before a wait of its own times out: setup, every wait, teardown, artefacts."""
     setup = SERVER_START_S + LAUNCH_TIMEOUT_MS / 1000  # the module's server and browser start in its first test
-    return setup + waits + ARTIFACT_MS / 1000 + SERVER_STOP_S
+    return setup + waits_in(test) + ARTIFACT_MS / 1000 + SERVER_STOP_S
 
 
 @pytest.mark.parametrize("name", ["test_explorer_in_jupyter", "test_a_big_explorer_gets_its_maps_from_the_kernel",
@@ -329,6 +339,47 @@ def test_the_kill_comes_after_every_wait(name):
     assert kill > worst, f"pytest-timeout kills {name} after {kill} s, but its waits can take {worst:.0f} s"
 
 
+def write_notebook(log: Path, name: str, *sources: str) -> None:
+    """A notebook of these code cells, with a kernelspec, in the server's folder (the folder of its log)."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in sources])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, log.parent / "notebooks" / name)
+
+
+def new_page(browser_context, frontend: str):
+    """A page with the tests' default timeout, and the list its uncaught errors go to (the front end's own aside)."""
+    page = browser_context.new_page()
+    page.set_default_timeout(ACTION_MS)
+    page_errors: list[str] = []
+    page.on("pageerror", lambda e: None if is_known_frontend_error(frontend, e) else page_errors.append(str(e)))
+    return page, page_errors
+
+
+@contextlib.contextmanager
+def closing_with_artifacts(page, log: Path, artifacts: Path, prefix: str):
+    """Close ``page`` at the end; on any failure (pytest-timeout's kill included) first save the artefacts."""
+    try:
+        yield page
+    except BaseException:
+        save_failure_artifacts(page, log, artifacts, prefix)
+        raise
+    finally:
+        page.close()
+
+
+def open_and_run_all(page, jupyter, name: str) -> None:
+    """Open notebook ``name``, wait for its kernel, run every cell, and wait until all ran and the kernel is idle."""
+    frontend, base, token, _ = jupyter
+    page.goto(f"{base}{FRONTENDS[frontend][2].replace(NOTEBOOK, name)}token={token}", timeout=60_000)
+    page.wait_for_function(KERNEL_IDLE, arg=name, timeout=60_000)  # fire and forget: awaiting run-all can hang
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    page.locator(EXPLORER).wait_for(state="visible", timeout=90_000)
+    page.wait_for_function(ALL_RAN, timeout=90_000)
+    page.wait_for_function(KERNEL_IDLE, arg=name, timeout=30_000)
+
+
 BIG_NOTEBOOK = "big_explorer.ipynb"
 BIG_SOURCE = """import torch
 from attnlib import AttentionExplorer
@@ -339,28 +390,18 @@ big = AttentionExplorer(w, [f"t{i}" for i in range(300)])
 big"""
 
 
-@pytest.mark.timeout(560)  # after every wait below (worst case 505 s; checked above)
+@pytest.mark.timeout(560)  # after every wait below (worst case 545 s; checked above)
 def test_a_big_explorer_gets_its_maps_from_the_kernel(jupyter, browser_context, artifacts):
     """A big explorer in a live kernel: a click on a thumbnail makes the kernel send that exact map."""
-    import nbformat
     import torch
 
     frontend, base, token, log = jupyter
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(BIG_SOURCE)])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, log.parent / "notebooks" / BIG_NOTEBOOK)  # the server's root is the folder of its log
+    write_notebook(log, BIG_NOTEBOOK, BIG_SOURCE)
     w = torch.softmax(2 * torch.randn(6, 12, 300, 300, generator=torch.Generator().manual_seed(0)), dim=-1)
-    page = browser_context.new_page()
-    page.set_default_timeout(ACTION_MS)
-    page_errors: list[str] = []
-    page.on("pageerror", lambda e: None if is_known_frontend_error(frontend, e) else page_errors.append(str(e)))
-    try:
-        page.goto(f"{base}{FRONTENDS[frontend][2].replace(NOTEBOOK, BIG_NOTEBOOK)}token={token}", timeout=60_000)
-        page.wait_for_function(KERNEL_IDLE, arg=BIG_NOTEBOOK, timeout=60_000)
-        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    page, page_errors = new_page(browser_context, frontend)
+    with closing_with_artifacts(page, log, artifacts, f"explorer_e2e_{frontend}_big"):
+        open_and_run_all(page, jupyter, BIG_NOTEBOOK)
         explorer = page.locator(EXPLORER)
-        explorer.wait_for(state="visible", timeout=90_000)
-        page.wait_for_function(ALL_RAN, timeout=90_000)
         explorer.locator("[data-testid=thumb-3-4]").click()
         page.wait_for_function("() => { const r = document.querySelector('[data-testid=attn-root][data-kind=explorer]');"
                                " return r.dataset.head === '4' && r.dataset.loading === ''; }", timeout=30_000)
@@ -370,11 +411,6 @@ def test_a_big_explorer_gets_its_maps_from_the_kernel(jupyter, browser_context, 
             f"t9 → t{best}: {w[3, 4, 9, best].item():.3f} (largest weight)"
         explorer.screenshot(path=str(artifacts / f"explorer_e2e_{frontend}_big.png"))
         assert page_errors == [], f"uncaught errors in the page: {page_errors}"
-    except BaseException:
-        save_failure_artifacts(page, log, artifacts, f"explorer_e2e_{frontend}_big")
-        raise
-    finally:
-        page.close()
 
 
 COMPARE_NOTEBOOK = "compare_views.ipynb"
@@ -392,28 +428,17 @@ ALL_THREE = """([name, value]) => {
 }"""
 
 
-@pytest.mark.timeout(720)  # after every wait below (worst case 660 s; checked above)
+@pytest.mark.timeout(720)  # after every wait below (worst case 680 s; checked above)
 def test_compare_views_follow_each_other_through_the_kernel(jupyter, browser_context, artifacts):
     """compare(): a head opened, a token pinned or the view switched in any of the three views reaches the other two
     (the links live in the kernel), and a scale picked in A's menu is B's too, with the same numbers on the colour bar."""
-    import nbformat
-
     frontend, base, token, log = jupyter
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(COMPARE_SOURCE)])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, log.parent / "notebooks" / COMPARE_NOTEBOOK)
-    page = browser_context.new_page()
-    page.set_default_timeout(ACTION_MS)
-    page_errors: list[str] = []
-    page.on("pageerror", lambda e: None if is_known_frontend_error(frontend, e) else page_errors.append(str(e)))
+    write_notebook(log, COMPARE_NOTEBOOK, COMPARE_SOURCE)
+    page, page_errors = new_page(browser_context, frontend)
     views = [page.locator(f"[data-testid=attn-root][data-kind=explorer] >> nth={k}") for k in range(3)]
-    try:
-        page.goto(f"{base}{FRONTENDS[frontend][2].replace(NOTEBOOK, COMPARE_NOTEBOOK)}token={token}", timeout=60_000)
-        page.wait_for_function(KERNEL_IDLE, arg=COMPARE_NOTEBOOK, timeout=60_000)
-        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
-        views[2].wait_for(state="visible", timeout=90_000)
-        page.wait_for_function(ALL_RAN, timeout=90_000)
-        page.wait_for_function(KERNEL_IDLE, arg=COMPARE_NOTEBOOK, timeout=30_000)
+    with closing_with_artifacts(page, log, artifacts, f"explorer_e2e_{frontend}_compare"):
+        open_and_run_all(page, jupyter, COMPARE_NOTEBOOK)
+        views[2].wait_for(state="visible")  # the first explorer is up; the other two come in the same output
         assert [v.locator("[data-testid=title]").inner_text() for v in views] == ["A", "B", "A minus B"]
 
         views[0].locator("[data-testid=thumb-1-2]").click()  # a head opened in A
@@ -435,11 +460,6 @@ def test_compare_views_follow_each_other_through_the_kernel(jupyter, browser_con
         page.wait_for_function(ALL_THREE, arg=["view", "lines"], timeout=15_000)
         page.screenshot(path=str(artifacts / f"explorer_e2e_{frontend}_compare.png"), full_page=True)
         assert page_errors == [], f"uncaught errors in the page: {page_errors}"
-    except BaseException:
-        save_failure_artifacts(page, log, artifacts, f"explorer_e2e_{frontend}_compare")
-        raise
-    finally:
-        page.close()
 
 
 SMOL_NOTEBOOK = "explorer_30x9.ipynb"
@@ -473,29 +493,17 @@ def smol_weights():
     return w
 
 
-@pytest.mark.timeout(760)  # after every wait below (worst case 705 s; checked above)
+@pytest.mark.timeout(760)  # after every wait below (worst case 715 s; checked above)
 def test_a_30_by_9_explorer_in_jupyter(jupyter, browser_context, artifacts):
     """SmolLM2's shape (30 layers x 9 heads, 40 tokens, a first-token sink) in a live kernel: hover, pin, switch
     layer from the menu and from the scrolling grid, clip the sink; the kernel sees every choice."""
-    import nbformat
-
     frontend, base, token, log = jupyter
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(SMOL_SOURCE), nbformat.v4.new_code_cell(SMOL_CHECK)])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, log.parent / "notebooks" / SMOL_NOTEBOOK)
+    write_notebook(log, SMOL_NOTEBOOK, SMOL_SOURCE, SMOL_CHECK)
     w = smol_weights()
-    page = browser_context.new_page()
-    page.set_default_timeout(ACTION_MS)
-    page_errors: list[str] = []
-    page.on("pageerror", lambda e: None if is_known_frontend_error(frontend, e) else page_errors.append(str(e)))
-    try:
-        page.goto(f"{base}{FRONTENDS[frontend][2].replace(NOTEBOOK, SMOL_NOTEBOOK)}token={token}", timeout=60_000)
-        page.wait_for_function(KERNEL_IDLE, arg=SMOL_NOTEBOOK, timeout=60_000)
-        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    page, page_errors = new_page(browser_context, frontend)
+    with closing_with_artifacts(page, log, artifacts, f"explorer_e2e_{frontend}_30x9"):
+        open_and_run_all(page, jupyter, SMOL_NOTEBOOK)
         explorer = page.locator(EXPLORER)
-        explorer.wait_for(state="visible", timeout=90_000)
-        page.wait_for_function(ALL_RAN, timeout=90_000)
-        page.wait_for_function(KERNEL_IDLE, arg=SMOL_NOTEBOOK, timeout=30_000)
         assert page.evaluate(MARK_CHECKER, SMOL_MARKER) >= 0
         assert explorer.locator("[data-testid^=thumb-]").count() == 270
         render_ms = explorer.get_attribute("data-render-ms")
@@ -528,8 +536,3 @@ def test_a_30_by_9_explorer_in_jupyter(jupyter, browser_context, artifacts):
         explorer.screenshot(path=str(artifacts / f"explorer_e2e_{frontend}_30x9.png"))
         print(f"\n{frontend} 30 x 9 explorer: render {render_ms} ms in the page")
         assert page_errors == [], f"uncaught errors in the page: {page_errors}"
-    except BaseException:
-        save_failure_artifacts(page, log, artifacts, f"explorer_e2e_{frontend}_30x9")
-        raise
-    finally:
-        page.close()
