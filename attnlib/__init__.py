@@ -42,9 +42,9 @@ _EXPORTS = {  # module -> the public names it gives the package
     "gguf_io": ["GGUFFile", "unpermute_rope_rows"],
     "gguf_tokenizer": ["GGUFTokenizer"],
     "smollm2": ["SmolLM2", "SmolLM2Config", "load_smollm2"],
-    "plotting": ["plot_curves", "plot_heads", "plot_heatmap"],
-    "widgets": ["AttentionExplorer", "AttentionHeatmap"],
-    "widget_compare": ["AttentionCompare", "compare"],
+    "viz.plotting": ["plot_curves", "plot_heads", "plot_heatmap"],
+    "viz.widgets": ["AttentionExplorer", "AttentionHeatmap"],
+    "viz.compare": ["AttentionCompare", "compare"],
     "decoder": ["TransformerDecoderBlock"],
     "seq2seq_transformer": ["Seq2SeqTransformer", "Seq2SeqTransformerConfig"],
     "gpt": ["GPT", "GPTConfig"],
@@ -83,7 +83,7 @@ if TYPE_CHECKING:  # for editors and type checkers: the same names, imported eag
     from .layers import FeedForward, RMSNorm, SwiGLU
     from .sampling import sample_next
     from .tiled import online_softmax, online_softmax_stats, tiled_attention
-    from .widget_compare import AttentionCompare, compare
+    from .viz.compare import AttentionCompare, compare
     from .data import (Batch, Seq2SeqData, Vocab, batches, make_copy, make_reversal, make_sort_batch, make_sorting,
                        previous_digit_batch, shift_right)
     from .dates import format_date, make_dates
@@ -96,7 +96,7 @@ if TYPE_CHECKING:  # for editors and type checkers: the same names, imported eag
     from .smollm2 import SmolLM2, SmolLM2Config, load_smollm2
     from .multihead import KVCache, MultiHeadAttention
     from .paths import model_path, save_path
-    from .plotting import plot_curves, plot_heads, plot_heatmap
+    from .viz.plotting import plot_curves, plot_heads, plot_heatmap
     from .positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding, sinusoidal_encoding
     from .rnn_attention import AdditiveAttention, LuongAttention
     from .seq2seq import AttentionDecoder, Decoder, DecoderState, Encoder, Seq2Seq, load_seq2seq, save_seq2seq
@@ -106,4 +106,4 @@ if TYPE_CHECKING:  # for editors and type checkers: the same names, imported eag
     from .training import (History, evaluate, sequence_accuracy, sequence_loss, teacher_forcing_ratio, token_accuracy,
                            train_seq2seq, train_steps)
     from .transformer import TransformerBlock, TransformerEncoder
-    from .widgets import AttentionExplorer, AttentionHeatmap
+    from .viz.widgets import AttentionExplorer, AttentionHeatmap
