@@ -42,7 +42,7 @@ _EXPORTS = {  # module -> the public names it gives the package
     "gguf_io": ["GGUFFile", "unpermute_rope_rows"],
     "gguf_tokenizer": ["GGUFTokenizer"],
     "smollm2": ["SmolLM2", "SmolLM2Config", "load_smollm2"],
-    "viz.plotting": ["plot_curves", "plot_heads", "plot_heatmap"],
+    "viz.plotting": ["plot_curves", "plot_heads", "plot_heatmap", "plot_history"],
     "viz.widgets": ["AttentionExplorer", "AttentionHeatmap"],
     "viz.compare": ["AttentionCompare", "compare"],
     "decoder": ["TransformerDecoderBlock"],
@@ -72,7 +72,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__) | set(_EXPORTS))
+    return sorted(set(globals()) | set(__all__) | {module.split(".")[0] for module in _EXPORTS})
 
 
 if TYPE_CHECKING:  # for editors and type checkers: the same names, imported eagerly
@@ -96,7 +96,7 @@ if TYPE_CHECKING:  # for editors and type checkers: the same names, imported eag
     from .smollm2 import SmolLM2, SmolLM2Config, load_smollm2
     from .multihead import KVCache, MultiHeadAttention
     from .paths import model_path, save_path
-    from .viz.plotting import plot_curves, plot_heads, plot_heatmap
+    from .viz.plotting import plot_curves, plot_heads, plot_heatmap, plot_history
     from .positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding, sinusoidal_encoding
     from .rnn_attention import AdditiveAttention, LuongAttention
     from .seq2seq import AttentionDecoder, Decoder, DecoderState, Encoder, Seq2Seq, load_seq2seq, save_seq2seq

@@ -103,30 +103,6 @@ class History:
         last = ", ".join(f"{k}={v[-1]:.4g}" for k, v in self._data.items() if k != self._x)
         return f"History({len(self._data.get(self._x, []))} {self._x}s: {last})"
 
-    def plot(self, keys: Sequence[str] | str | None = None, ax=None):
-        """Draw curves against ``epoch`` (or ``step``) with :func:`attnlib.plot_curves`.
-
-        With ``keys`` or ``ax``: those metrics (default: all but ``epoch``) on one Axes, which
-        is returned. Without either: the losses on the left and the accuracies on the right
-        (panels with no such metric are left out); returns the Figure.
-        """
-        from .plotting import plot_curves
-
-        if keys is not None or ax is not None:
-            keys = [keys] if isinstance(keys, str) else keys
-            return plot_curves(self, keys=keys or [k for k in self._data if k != self._x], ax=ax, xlabel=self._x)
-        import matplotlib.pyplot as plt
-
-        panels = [(title, [k for k in self._data if word in k]) for title, word in (("loss", "loss"), ("accuracy", "acc"))]
-        panels = [(title, keys) for title, keys in panels if keys]
-        if not panels:
-            raise ValueError(f"no metric named like a loss or an accuracy; logged: {sorted(self._data)}; pass keys=[...]")
-        fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
-        for a, (title, keys) in zip(axes[0], panels):
-            plot_curves(self, keys=keys, ax=a, title=title, xlabel=self._x)
-        fig.tight_layout()
-        return fig
-
 
 # ------------------------------------------------------------------ seq2seq: evaluate and train (both families)
 
@@ -193,8 +169,9 @@ def train_seq2seq(model, train_data, epochs: int, lr: float = 2e-3, batch_size: 
     device = device or next(model.parameters()).device
     model.to(device)
     pad = train_data.tgt_vocab.pad_id
-    optimizer = (torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay) if weight_decay
-                 else torch.optim.Adam(model.parameters(), lr=lr))
+    # foreach=True: one C++ call per step for all parameters instead of a Python loop (same numbers, faster on CPU)
+    optimizer = (torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, foreach=True) if weight_decay
+                 else torch.optim.Adam(model.parameters(), lr=lr, foreach=True))
     steps = -(-len(train_data) // batch_size)
     scheduler = (torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=epochs * steps)
                  if schedule == "onecycle" else None)
@@ -262,7 +239,7 @@ def train_steps(model, make_batch: Callable, steps: int, lr: float = 2e-3, batch
         raise ValueError(f"warmup must be a number of steps (an int >= 0), got {warmup!r}")
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, foreach=True)  # one C++ call for all parameters
 
     def factor(s: int) -> float:  # the learning rate at step s, as a share of lr
         ramp = min(1.0, (s + 1) / warmup) if warmup else 1.0

@@ -26,7 +26,10 @@ def test_parallel_map_forks_and_gives_exactly_the_loops_results(monkeypatch):
     torch.set_num_threads(1)
     try:
         assert fork_is_safe()  # Linux, one thread, no CUDA: the forked path is the one tested here
-        pids = parallel_map(lambda _: os.getpid(), range(4), progress=False)  # a lambda: fn is never pickled
+        import time
+
+        # a lambda (fn is never pickled) that takes long enough for the second worker to start and take a task
+        pids = parallel_map(lambda _: (time.sleep(0.5), os.getpid())[1], range(4), progress=False)
         assert os.getpid() not in pids and len(set(pids)) == 2  # two worker processes did the work
         forked = parallel_map(_train_one, [0, 1, 2], progress=False)
         looped = parallel_map(_train_one, [0, 1, 2], workers=1, progress=False)

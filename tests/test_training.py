@@ -44,30 +44,6 @@ def test_history():
     assert h.as_dict() == {"epoch": [1.0, 2.0], "loss": [2.0, 1.0], "token_acc": [0.5, 0.75]}
     with pytest.raises(KeyError, match="token_acc"):
         h["acc"]
-    fig = h.plot()
-    assert len(fig.axes) == 2 and len(fig.axes[0].lines) == 1
-    assert [a.get_title() for a in fig.axes] == ["loss", "accuracy"]
-    ax = h.plot(keys=["token_acc"])
-    assert list(ax.lines[0].get_ydata()) == [0.5, 0.75] and list(ax.lines[0].get_xdata()) == [1.0, 2.0]
-
-
-def test_history_plot_draws_through_plot_curves(monkeypatch):
-    """One plotting code path: History.plot must not keep a copy of plot_curves."""
-    import attnlib.plotting
-
-    calls = []
-    real = attnlib.plotting.plot_curves
-    monkeypatch.setattr(attnlib.plotting, "plot_curves", lambda *a, **k: calls.append(k.get("keys")) or real(*a, **k))
-    h = History()
-    for epoch in (1, 2, 3):
-        h.log(epoch=epoch, loss=1.0 / epoch, token_acc=0.2 * epoch, eval_token_acc=0.1 * epoch)
-    h.plot()
-    h.plot(["loss"])
-    assert calls == [["loss"], ["token_acc", "eval_token_acc"], ["loss"]]
-    with pytest.raises(ValueError, match="no metric named like a loss or an accuracy"):
-        only_lr = History()
-        only_lr.log(epoch=1, lr=0.1)
-        only_lr.plot()
 
 
 def test_seed_everything_repeats_the_draws_and_says_what_it_cannot_fix():
@@ -308,5 +284,7 @@ def test_history_of_steps_plots_against_the_step():
     for step in (1, 2, 3):
         h.log(step=step, loss=1.0 / step, token_acc=0.3 * step)
     assert repr(h) == "History(3 steps: loss=0.3333, token_acc=0.9)"
-    ax = h.plot(keys="loss")
+    from attnlib import plot_history
+
+    ax = plot_history(h, keys="loss")
     assert ax.get_xlabel() == "step" and list(ax.lines[0].get_xdata()) == [1.0, 2.0, 3.0]

@@ -63,7 +63,7 @@ def explore_any_input(answer: Any, *, sorter) -> tuple[bool, str]:
 
     The explorer must hold every layer and head (rows = queries) and label the tokens ``digit@position``.
     """
-    from ..widgets import AttentionExplorer, AttentionHeatmap
+    from ..viz.widgets import AttentionExplorer, AttentionHeatmap
     from .nb00 import callable_problem
 
     problem = callable_problem(answer, "a function my_explore(text) that returns an AttentionExplorer")

@@ -22,7 +22,7 @@ from matplotlib.ticker import MaxNLocator
 
 from .._checks import to_numpy
 
-__all__ = ["plot_heatmap", "plot_heads", "plot_curves"]
+__all__ = ["plot_heatmap", "plot_heads", "plot_curves", "plot_history"]
 
 
 def _tokens(tokens: Any, expected: int, name: str, shape: tuple[int, ...], axis_desc: str) -> list[str] | None:
@@ -247,3 +247,26 @@ def plot_curves(
     if title is not None:
         ax.set_title(title)
     return ax
+
+
+def plot_history(history: Any, keys: Sequence[str] | str | None = None, ax: Axes | None = None):
+    """Draw a :class:`attnlib.training.History` against its ``epoch`` (or ``step``) entries with :func:`plot_curves`.
+
+    With ``keys`` or ``ax``: those metrics (default: all) on one Axes, which is returned. Without either:
+    the losses on the left and the accuracies on the right (panels with no such metric are left out);
+    returns the Figure.
+    """
+    data = _as_mapping(history, "history")
+    x = "step" if "step" in data else "epoch"
+    if keys is not None or ax is not None:
+        keys = [keys] if isinstance(keys, str) else keys
+        return plot_curves(data, keys=keys or [k for k in data if k != x], ax=ax, xlabel=x)
+    panels = [(title, [k for k in data if word in k]) for title, word in (("loss", "loss"), ("accuracy", "acc"))]
+    panels = [(title, names) for title, names in panels if names]
+    if not panels:
+        raise ValueError(f"no metric named like a loss or an accuracy; logged: {sorted(data)}; pass keys=[...]")
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
+    for a, (title, names) in zip(axes[0], panels):
+        plot_curves(data, keys=names, ax=a, title=title, xlabel=x)
+    fig.tight_layout()
+    return fig
