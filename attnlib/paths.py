@@ -42,5 +42,5 @@ def model_path(name: str) -> Path:
             return place
     raise FileNotFoundError(
         f"no saved model {name!r}; looked in {', '.join(str(p.parent) for p in places)}. "
-        "Run the notebook that trains it (see the README, 'Regenerating the small models')."
+        "Run the notebook that trains it (how: site/models.md, 'The small trained models')."
     )
