@@ -7,17 +7,22 @@ import torch
 from attnlib.exercises import check
 
 
-def right_causal(T):
-    i = torch.arange(T)
-    return i[None, :] <= i[:, None]
+def right_loo(x, y, width):
+    scores = -((x[:, None] - x[None, :]) ** 2) / (2 * width**2)  # (N, N)
+    scores = scores.masked_fill(torch.eye(len(x), dtype=torch.bool), float("-inf"))
+    return scores.softmax(dim=1) @ y
+
+
+def with_self(x, y, width):
+    return (-((x[:, None] - x[None, :]) ** 2) / (2 * width**2)).softmax(dim=1) @ y
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (lambda T: ~right_causal(T), "polarity"),
-    (lambda T: right_causal(T).T, "transpose"),
-    (lambda T: torch.arange(T)[None, :] < torch.arange(T)[:, None], "diagonal is masked"),
-    (lambda T: torch.ones(T, T, dtype=torch.bool).tril(1), "next one"),
-    (lambda T: right_causal(T).float(), "bool"),
+    (with_self, "sees itself"),
+    (lambda x, y, w: right_loo(x, y, w**0.5), "squared"),
+    (lambda x, y, w: right_loo(x, y, w)[:-1], "shape"),
+    (lambda x, y, w: right_loo(x, y, w).fill_(float("nan")), "NaN"),
+    (lambda x, y, w: y.clone(), "differ"),
 ])
 def test_41_rejects(wrong, says):
     verdict = check("4.1", wrong, quiet=True)
@@ -25,7 +30,18 @@ def test_41_rejects(wrong, says):
 
 
 def test_41_accepts():
-    assert check("4.1", right_causal, quiet=True)
+    assert check("4.1", right_loo, quiet=True)
+
+    def loop(x, y, width):  # one point at a time, dropping it from the keys: the same predictions
+        out = []
+        for i in range(len(x)):
+            others = torch.arange(len(x)) != i
+            w = torch.softmax(-((x[i] - x[others]) ** 2) / (2 * width**2), dim=0)
+            out.append(w @ y[others])
+        return torch.stack(out)
+
+    assert check("4.1", loop, quiet=True)
+
 
 
 T, D, B = 300, 96, 2

@@ -7,43 +7,69 @@ import torch
 from attnlib.exercises import check
 
 
-def right_split(x, h):
+def right_head(mha, x, j):
+    rows = slice(j * mha.d_k, (j + 1) * mha.d_k)
+    q = x @ mha.w_q.weight[rows].T + mha.w_q.bias[rows]  # (B, T, d_k)
+    k = x @ mha.w_k.weight[rows].T + mha.w_k.bias[rows]
+    return (q @ k.transpose(-2, -1) / mha.d_k**0.5).softmax(-1)
+
+
+def by_view(mha, x, j):  # project everything, then take head j's block of outputs: the same weights
     B, T, d = x.shape
-    return x.view(B, T, h, d // h).transpose(1, 2)
+    q = mha.w_q(x).view(B, T, mha.num_heads, mha.d_k)[:, :, j]
+    k = mha.w_k(x).view(B, T, mha.num_heads, mha.d_k)[:, :, j]
+    return torch.softmax(q @ k.transpose(-2, -1) / mha.d_k**0.5, dim=-1)
 
 
-def right_merge(heads):
-    B, h, T, d_k = heads.shape
-    return heads.transpose(1, 2).reshape(B, T, h * d_k)
+def scaled_by(mha, x, j, s):
+    rows = slice(j * mha.d_k, (j + 1) * mha.d_k)
+    q = x @ mha.w_q.weight[rows].T + mha.w_q.bias[rows]
+    k = x @ mha.w_k.weight[rows].T + mha.w_k.bias[rows]
+    return (q @ k.transpose(-2, -1) / s).softmax(-1)
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1), "plain reshape"),
-    (lambda x, h: x.view(*x.shape[:2], h, -1), "transpose the token and head axes"),
-    (lambda x, h: x.view(*x.shape[:2], -1, h).permute(0, 3, 1, 2), "consecutive features"),
-    (lambda x, h: x.view(*x.shape[:2], h, -1).permute(0, 2, 1, 3).flip(1), "wrong places"),
+    (lambda m, x, j: m(x, x, x)[1][:, j], "instead of calling"),
+    (lambda m, x, j: right_head(m, x, j).transpose(-2, -1), "transposed"),
+    (lambda m, x, j: scaled_by(m, x, j, m.d_model**0.5), "d_k = d_model / h"),
+    (lambda m, x, j: right_head(m, x, (j + 1) % m.num_heads), "another head"),
+    (lambda m, x, j: ((x @ m.w_q.weight[j * m.d_k:(j + 1) * m.d_k].T) @ (x @ m.w_k.weight[j * m.d_k:(j + 1) * m.d_k].T)
+                      .transpose(-2, -1) / m.d_k**0.5).softmax(-1), "biases"),
+    (lambda m, x, j: (x @ m.w_q.weight[:, j * m.d_k:(j + 1) * m.d_k] @ (x @ m.w_k.weight[:, j * m.d_k:(j + 1) * m.d_k])
+                      .transpose(-2, -1)).softmax(-1), "differ"),
+    (lambda m, x, j: right_head(m, x, j)[0], "shape"),
 ])
 def test_51_rejects(wrong, says):
     verdict = check("5.1", wrong, quiet=True)
-    assert verdict.ok is False and says in verdict.message
+    assert verdict.ok is False and says in verdict.message, verdict.message
 
 
 def test_51_accepts():
-    assert check("5.1", right_split, quiet=True)
+    assert check("5.1", right_head, quiet=True)
+    assert check("5.1", by_view, quiet=True)
+
+
+SHIFT = torch.eye(8).roll(1, dims=1)  # row j = e_(j+1): key j matches query j + 1
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (lambda t: t.reshape(t.shape[0], t.shape[2], -1), "without transposing"),
-    (lambda t: t.transpose(1, 2), "shape"),
-    (lambda t: t.permute(0, 2, 3, 1).reshape(t.shape[0], t.shape[2], -1), "give x back"),
+    ((4 * torch.eye(8), 4 * SHIFT.T), "NEXT"),
+    ((4 * torch.eye(8), 4 * torch.eye(8)), "itself"),
+    ((torch.eye(8), SHIFT), "scale the matrices up"),
+    ((torch.eye(8), torch.eye(8)[:, :4]), "same shape"),
+    ((torch.eye(8)[:5], SHIFT[:5]), "shape (T, d_k)"),
+    (torch.eye(8), "pair"),
+    ((4 * torch.eye(8), 4 * SHIFT.roll(1, dims=1)), "likes key"),
 ])
 def test_52_rejects(wrong, says):
     verdict = check("5.2", wrong, quiet=True)
-    assert verdict.ok is False and says in verdict.message
+    assert verdict.ok is False and says in verdict.message, verdict.message
 
 
 def test_52_accepts():
-    assert check("5.2", right_merge, quiet=True)
+    assert check("5.2", (4 * torch.eye(8), 4 * SHIFT), quiet=True)
+    assert check("5.2", (SHIFT.T * 5, torch.eye(8) * 5), quiet=True)  # the shift on the query side: the same scores
+    assert check("5.2", (10 * torch.eye(8)[:, :], 10 * SHIFT), quiet=True)  # any scale large enough
 
 
 LEFT = torch.ones(5, 5, dtype=torch.bool).tril()

@@ -30,27 +30,47 @@ def test_61_accepts():
     assert check("6.1", RIGHT_61.float(), quiet=True)
 
 
-TABLE = attnlib.sinusoidal_encoding(64, 1000)
+def right_distance(q, k, v, slope):
+    i = torch.arange(q.shape[-2])
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5 - slope * (i[:, None] - i[None, :]).abs()  # (B, T, T)
+    w = scores.softmax(-1)
+    return w @ v, w
 
 
-def right_where(vec):
-    return int((TABLE @ vec).argmax())
+def variant(sign=-1.0, absolute=True, scale=True, out_ok=True):
+    def fn(q, k, v, slope):
+        i = torch.arange(q.shape[-2])
+        dist = (i[:, None] - i[None, :]).float()
+        dist = dist.abs() if absolute else dist
+        w = (q @ k.transpose(-2, -1) / (q.shape[-1] ** 0.5 if scale else 1) + sign * slope * dist).softmax(-1)
+        return (w @ v if out_ok else v, w)
+    return fn
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (lambda v: int((TABLE == v).all(dim=1).nonzero()[0]) if (TABLE == v).all(dim=1).any() else -1, "exact match"),
-    (lambda v: int((TABLE @ v).argmax()) + 1, "one off"),
-    (lambda v: int((TABLE @ v).argmin()), "largest dot product"),
-    (lambda v: TABLE @ v, "one position"),
+    (variant(sign=+1.0), "far keys are favoured"),
+    (variant(absolute=False), "absolute value"),
+    (variant(scale=False), "sqrt(d)"),
+    (variant(out_ok=False), "weights @ v"),
+    (lambda q, k, v, s: right_distance(q, k, v, s)[0], "pair"),
+    (lambda q, k, v, s: attnlib.scaled_dot_product_attention(q, k, v), "differ"),
 ])
 def test_62_rejects(wrong, says):
     verdict = check("6.2", wrong, quiet=True)
-    assert verdict.ok is False and says in verdict.message
+    assert verdict.ok is False and says in verdict.message, verdict.message
 
 
 def test_62_accepts():
-    assert check("6.2", right_where, quiet=True)
-    assert check("6.2", lambda v: int((TABLE - v).norm(dim=1).argmin()), quiet=True)  # nearest by distance works too
+    assert check("6.2", right_distance, quiet=True)
+
+    def with_library(q, k, v, slope):  # the bias as a float added to the scores, written differently
+        T = q.shape[-2]
+        pos = torch.arange(T, dtype=torch.float32)
+        bias = -slope * torch.cdist(pos[:, None], pos[:, None], p=1)  # (T, T)
+        w = torch.softmax(torch.einsum("btd,bsd->bts", q, k) / math.sqrt(q.shape[-1]) + bias, dim=-1)
+        return torch.einsum("bts,bsd->btd", w, v), w
+
+    assert check("6.2", with_library, quiet=True)
 
 
 def gap(block, x, perm, alpha, *, shuffle_pe=False, unshuffle=True, relative=True):

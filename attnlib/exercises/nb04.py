@@ -1,4 +1,4 @@
-"""Checkers for notebook 04's exercises (causal masks, FLOPs, the masked softmax)."""
+"""Checkers for notebook 04's exercises (a leave-one-out soft lookup, FLOPs, the masked softmax)."""
 from __future__ import annotations
 
 import torch
@@ -9,31 +9,39 @@ from . import checker
 from .nb00 import callable_problem, tensor_problem
 
 
+def _loo_reference(x: torch.Tensor, y: torch.Tensor, width: float) -> torch.Tensor:
+    scores = -((x[:, None] - x[None, :]) ** 2) / (2 * width**2)  # (N, N)
+    scores = scores.masked_fill(torch.eye(len(x), dtype=torch.bool), float("-inf"))  # nobody sees itself
+    return scores.softmax(dim=1) @ y  # (N,)
+
+
 @checker("4.1")
-def causal_mask_fn(answer) -> tuple[bool, str]:
-    """``answer(T) -> (T, T)`` bool causal mask, True = may attend (key index <= query index)."""
-    problem = callable_problem(answer, "a function my_causal_mask(T)")
+def leave_one_out_fn(answer) -> tuple[bool, str]:
+    """``answer(x (N,), y (N,), width) -> (N,)``: each y_i predicted by the soft lookup over the OTHER points."""
+    problem = callable_problem(answer, "a function loo_predictions(x, y, width)")
     if problem:
         return False, problem
-    for T in (4, 7, 1):
-        got, right = answer(T), torch.ones(T, T, dtype=torch.bool).tril()
-        problem = tensor_problem(got, (T, T), what=f"my_causal_mask({T})")
+    g = torch.Generator().manual_seed(1)
+    x = (5 * torch.rand(30, generator=g)).sort().values
+    y = torch.sin(x) + 0.3 * torch.randn(30, generator=g)
+    for width in (0.2, 0.7, 2.0):
+        got = answer(x.clone(), y.clone(), width)
+        problem = tensor_problem(got, (30,), what=f"loo_predictions(x, y, {width}) for 30 points")
         if problem:
             return False, problem
-        if got.dtype != torch.bool:
-            return False, f"return a bool mask (True = may attend), got {got.dtype}"
-        if torch.equal(got, right):
+        if torch.isnan(got).any():
+            return False, "NaN in the predictions: leave a point out with a -inf score on the diagonal, not by dropping every score"
+        right = _loo_reference(x, y, width)
+        if torch.allclose(got, right, atol=1e-5):
             continue
-        if torch.equal(got, ~right):
-            return False, "the polarity is inverted: True means 'may attend'"
-        if torch.equal(got, right.T):
-            return False, "this is the transpose: row i (query i) may see keys 0..i, not i..T-1"
-        if torch.equal(got, torch.ones(T, T, dtype=torch.bool).tril(-1)):
-            return False, "off by one: the diagonal is masked, but a token may attend to itself"
-        if torch.equal(got, torch.ones(T, T, dtype=torch.bool).tril(1)):
-            return False, "off by one: each token may see the next one; use <= between key and query index"
-        return False, f"my_causal_mask({T}) differs from the causal mask"
-    return True, "key index <= query index, for every size tried"
+        scores = -((x[:, None] - x[None, :]) ** 2) / (2 * width**2)
+        if torch.allclose(got, scores.softmax(dim=1) @ y, atol=1e-5):
+            return False, "each point still sees itself (the key at its own x scores highest): mask the diagonal out"
+        if torch.allclose(got, _loo_reference(x, y, width**0.5), atol=1e-5) or \
+                torch.allclose(got, _loo_reference(x, y, (width / 2) ** 0.5), atol=1e-5):
+            return False, "the width enters squared: the score is -(x_i - x_j)^2 / (2 width^2)"
+        return False, f"with width {width} the predictions differ from the soft lookup over the other points"
+    return True, "every point is predicted from the others only, for every width tried"
 
 
 class _Layer(nn.Module):

@@ -1,4 +1,4 @@
-"""Checkers for notebook 05's exercises (splitting and merging heads, per-head masks)."""
+"""Checkers for notebook 05's exercises (one head by hand, a previous-token head wired by hand, per-head masks)."""
 from __future__ import annotations
 
 import torch
@@ -7,50 +7,99 @@ from . import checker
 from .nb00 import callable_problem, tensor_problem
 
 
-def _x(B: int = 2, T: int = 5, d: int = 12) -> torch.Tensor:
-    return torch.arange(B * T * d, dtype=torch.float32).reshape(B, T, d)
+class _NoCalls(torch.nn.Module):
+    """Wraps a MultiHeadAttention's weights; calling it is not allowed (the exercise builds a head by hand)."""
+
+    def __init__(self, mha):
+        super().__init__()
+        self.w_q, self.w_k, self.w_v, self.w_o = mha.w_q, mha.w_k, mha.w_v, mha.w_o
+        self.num_heads, self.d_k, self.d_model = mha.num_heads, mha.d_k, mha.d_model
+
+    def forward(self, *args, **kwargs):
+        raise RuntimeError("build head j from mha.w_q and mha.w_k instead of calling mha")
+
+
+def _head_weights(mha, x: torch.Tensor, j: int, scale: float | None = None, bias: bool = True) -> torch.Tensor:
+    d_k = mha.d_k
+    rows = slice(j * d_k, (j + 1) * d_k)
+    q = x @ mha.w_q.weight[rows].T + (mha.w_q.bias[rows] if bias else 0)  # (B, T, d_k)
+    k = x @ mha.w_k.weight[rows].T + (mha.w_k.bias[rows] if bias else 0)
+    return (q @ k.transpose(-2, -1) / (scale or d_k**0.5)).softmax(-1)  # (B, T, T)
 
 
 @checker("5.1")
-def split_heads_fn(answer) -> tuple[bool, str]:
-    """``answer(x (B, T, d_model), h) -> (B, h, T, d_model // h)``; head j holds features j*d_k .. (j+1)*d_k - 1."""
-    problem = callable_problem(answer, "a function split_heads(x, h)")
+def head_by_hand(answer) -> tuple[bool, str]:
+    """``answer(mha, x (B, T, d_model), j) -> (B, T, T)``: head j's attention weights, from mha's weights."""
+    from attnlib.multihead import MultiHeadAttention
+
+    problem = callable_problem(answer, "a function head_weights(mha, x, j)")
     if problem:
         return False, problem
-    x, h = _x(), 3
-    right = x.view(2, 5, 3, 4).transpose(1, 2)  # (B, h, T, d_k)
-    got = answer(x.clone(), h)
-    if isinstance(got, torch.Tensor) and tuple(got.shape) == (2, 5, 3, 4):
-        return False, "the shape is (B, T, h, d_k): transpose the token and head axes to get (B, h, T, d_k)"
-    problem = tensor_problem(got, (2, 3, 5, 4), what="split_heads(x, 3) for x of shape (2, 5, 12)")
-    if problem:
-        return False, problem
-    if torch.equal(got, x.reshape(2, 3, 5, 4)):
-        return False, "a plain reshape to (B, h, T, d_k) has the right shape and wrong numbers: view as (B, T, h, d_k), then transpose(1, 2)"
-    if torch.equal(got, x.view(2, 5, 4, 3).permute(0, 3, 1, 2)):
-        return False, "head j must own consecutive features j*d_k .. (j+1)*d_k - 1, not every h-th feature"
-    if not torch.equal(got, right):
-        return False, "the values are in the wrong places: got[b, j, t] should be x[b, t, j*d_k:(j+1)*d_k]"
-    return True, "(B, T, d) -> view (B, T, h, d_k) -> transpose -> (B, h, T, d_k)"
+    g = torch.Generator().manual_seed(0)
+    for d, h, j in ((12, 3, 1), (16, 4, 3), (16, 4, 0)):
+        torch.manual_seed(d + j)
+        mha = MultiHeadAttention(d, h)
+        with torch.no_grad():
+            for p in mha.parameters():
+                p.normal_(0, 0.5, generator=g)  # biases too, so that forgetting them shows
+            x = torch.randn(2, 5, d, generator=g)
+            right = mha(x, x, x)[1][:, j]  # (B, T, T)
+            try:
+                got = answer(_NoCalls(mha), x.clone(), j)
+            except RuntimeError as err:
+                if "instead of calling mha" in str(err):
+                    return False, "build head j from mha.w_q and mha.w_k (weight and bias) instead of calling mha"
+                raise
+            problem = tensor_problem(got, (2, 5, 5), what=f"head_weights(mha, x, {j}) for x of shape (2, 5, {d})")
+            if problem:
+                return False, problem
+            if torch.allclose(got, right, atol=1e-5):
+                continue
+            if torch.allclose(got, right.transpose(-2, -1), atol=1e-5):
+                return False, "the map is transposed: row i is query i, so the weights are softmax(q k^T) over the last axis"
+            if torch.allclose(got, _head_weights(mha, x, j, scale=d**0.5), atol=1e-5):
+                return False, "divide by the square root of the head's width d_k = d_model / h, not of d_model"
+            if torch.allclose(got, _head_weights(mha, x, j, bias=False), atol=1e-5):
+                return False, "the projections have biases: take the same slice of mha.w_q.bias and mha.w_k.bias"
+            if any(torch.allclose(got, right_other, atol=1e-5) for right_other in
+                   (mha(x, x, x)[1][:, i] for i in range(h) if i != j)):
+                return False, f"that is another head's map: head {j} owns the outputs {j}*d_k .. ({j}+1)*d_k - 1 of each projection"
+            return False, (f"head {j} of a {h}-head layer with d_model = {d}: the weights differ; head j uses rows "
+                           "j*d_k .. (j+1)*d_k - 1 of each projection's weight (its outputs)")
+    return True, "head j is rows j*d_k .. (j+1)*d_k - 1 of W_Q and W_K, scaled by the square root of d_k"
 
 
 @checker("5.2")
-def merge_heads_fn(answer) -> tuple[bool, str]:
-    """``answer(heads (B, h, T, d_k)) -> (B, T, h * d_k)``, the inverse of splitting."""
-    problem = callable_problem(answer, "a function merge_heads(heads)")
-    if problem:
-        return False, problem
-    x = _x()
-    heads = x.view(2, 5, 3, 4).transpose(1, 2)  # (B, h, T, d_k), as split_heads makes it
-    got = answer(heads.clone())
-    problem = tensor_problem(got, (2, 5, 12), what="merge_heads of a (2, 3, 5, 4) tensor")
-    if problem:
-        return False, problem
-    if torch.equal(got, heads.reshape(2, 5, 12)):
-        return False, "reshape without transposing back: the shape is right but each token gets pieces of other tokens"
-    if not torch.equal(got, x):
-        return False, "merge_heads(split_heads(x)) should give x back exactly"
-    return True, "transpose back to (B, T, h, d_k), then reshape to (B, T, d_model); the round trip gives x back"
+def previous_token_head(answer, T: int = 8, threshold: float = 0.9) -> tuple[bool, str]:
+    """``answer = (W_Q, W_K)``, each (T, d_k): on one-hot positions, every query 1..T-1 puts >= 0.9 on the key before it."""
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        return False, "expected a pair (W_Q, W_K) of tensors"
+    w_q, w_k = answer
+    for name, w in (("W_Q", w_q), ("W_K", w_k)):
+        if not isinstance(w, torch.Tensor):
+            return False, f"expected {name} to be a torch.Tensor, got {type(w).__name__}"
+        if w.ndim != 2 or w.shape[0] != T:
+            return False, f"expected {name} to have shape (T, d_k) = ({T}, d_k), got {tuple(w.shape)}"
+    if w_q.shape != w_k.shape:
+        return False, f"W_Q and W_K must have the same shape (T, d_k), got {tuple(w_q.shape)} and {tuple(w_k.shape)}"
+    x = torch.eye(T)  # (T, T): token i is the one-hot vector e_i
+    w_q, w_k = w_q.detach().float(), w_k.detach().float()
+    weights = ((x @ w_q) @ (x @ w_k).T / w_q.shape[1] ** 0.5).softmax(-1)  # (T, T)
+    queries = torch.arange(1, T)
+    on_previous = weights[queries, queries - 1]  # (T - 1,)
+    if bool((on_previous >= threshold).all()):
+        return True, f"every query puts at least {threshold:.0%} of its weight on the token before it"
+    best = weights[queries].argmax(-1)  # (T - 1,) the key each query likes most
+    if bool((best[:-1] == queries[:-1] + 1).all()):
+        return False, "the queries look at the NEXT token: key j should match query j + 1, not j - 1"
+    if bool((best == queries).all()):
+        return False, "every token looks at itself: the score must be high where key = query - 1"
+    if bool((best == queries - 1).all()):
+        low = on_previous.min().item()
+        return False, (f"the right key wins everywhere, but some query puts only {low:.2f} of its weight there: "
+                       "make the winning score larger against the others (scale the matrices up)")
+    wrong = int(queries[best != queries - 1][0])
+    return False, f"query {wrong} likes key {int(best[wrong - 1])} most, not key {wrong - 1} (the token before it)"
 
 
 @checker("5.3")

@@ -1,4 +1,4 @@
-"""Checkers for notebook 06's exercises (wavelengths, reading a position back, shuffled content)."""
+"""Checkers for notebook 06's exercises (wavelengths, a distance bias inside attention, shuffled content)."""
 from __future__ import annotations
 
 import math
@@ -31,33 +31,47 @@ def wavelengths_64(answer) -> tuple[bool, str]:
     return True, f"from {right[0]:.2f} to {right[-1]:,.0f} positions"
 
 
-@checker("6.2")
-def decode_position_fn(answer) -> tuple[bool, str]:
-    """``answer(vec (d,)) -> int``: the position p whose row of ``sinusoidal_encoding(64, 1000)`` is nearest to vec."""
-    from attnlib.positional import sinusoidal_encoding
+def _biased(q, k, v, slope, sign=-1.0, absolute=True, scale=True):
+    T = q.shape[-2]
+    i = torch.arange(T)
+    dist = (i[:, None] - i[None, :]).float()  # (T, T): query i, key j
+    dist = dist.abs() if absolute else dist
+    scores = q @ k.transpose(-2, -1) / (q.shape[-1] ** 0.5 if scale else 1.0) + sign * slope * dist
+    w = scores.softmax(-1)
+    return w @ v, w
 
-    problem = callable_problem(answer, "a function where_am_i(vec)")
+
+@checker("6.2")
+def distance_bias_fn(answer) -> tuple[bool, str]:
+    """``answer(q, k, v (B, T, d), slope) -> (out, weights)``: softmax(q k^T / sqrt(d) - slope * |i - j|) v."""
+    problem = callable_problem(answer, "a function distance_attention(q, k, v, slope)")
     if problem:
         return False, problem
-    table = sinusoidal_encoding(64, 1000)
     g = torch.Generator().manual_seed(0)
-    for p in (0, 1, 17, 500, 999):
-        for noisy in (False, True):
-            vec = table[p] + (0.01 * torch.randn(64, generator=g) if noisy else 0.0)
-            got = answer(vec.clone())
-            try:
-                got = int(got)
-            except (TypeError, ValueError, RuntimeError):
-                return False, f"return one position (an int), got {type(got).__name__} of shape {tuple(getattr(got, 'shape', ()))}"
-            if got == p:
-                continue
-            if noisy and answer(table[p].clone()) == p:
-                return False, (f"position {p}: an exact row is found, but a slightly perturbed one is not; "
-                               "pick the nearest row (largest dot product), not an exact match")
-            if got == p + 1 or got == p - 1:
-                return False, f"position {p}: you returned {got}, one off; row p of the table belongs to position p (counting from 0)"
-            return False, f"position {p}: you returned {got}; the row of position p has the largest dot product with PE[p]"
-    return True, "the nearest row of the table gives the position back, also with a little noise"
+    q, k, v = (torch.randn(2, 6, 8, generator=g) for _ in range(3))
+    for slope in (0.0, 0.5, 2.0):
+        got = answer(q.clone(), k.clone(), v.clone(), slope)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            return False, "return a pair (out, weights), like attnlib.scaled_dot_product_attention"
+        out, w = got
+        for name, t, shape in (("out", out, (2, 6, 8)), ("weights", w, (2, 6, 6))):
+            problem = tensor_problem(t, shape, what=name)
+            if problem:
+                return False, problem
+        right_out, right_w = _biased(q, k, v, slope)
+        if torch.allclose(w, right_w, atol=1e-5) and torch.allclose(out, right_out, atol=1e-5):
+            continue
+        if slope and torch.allclose(w, _biased(q, k, v, slope, sign=+1.0)[1], atol=1e-5):
+            return False, "far keys are favoured: the bias must lower the score with distance (subtract slope * |i - j|)"
+        if slope and torch.allclose(w, _biased(q, k, v, slope, absolute=False)[1], atol=1e-5) or \
+                slope and torch.allclose(w, _biased(q, k, v, -slope, absolute=False)[1], atol=1e-5):
+            return False, "i - j without the absolute value favours one side: the penalty is slope * |i - j|"
+        if torch.allclose(w, _biased(q, k, v, slope, scale=False)[1], atol=1e-5):
+            return False, "the dot products must still be divided by sqrt(d) (the bias is added after the scaling)"
+        if not torch.allclose(w, right_w, atol=1e-5):
+            return False, f"with slope {slope} the weights differ from softmax(q k^T / sqrt(d) - slope * |i - j|)"
+        return False, "the weights are right but the output is not weights @ v"
+    return True, "the scores fall by slope for every position between query and key; with slope 0 it is plain attention"
 
 
 def _gap(block, x, perm, alpha):
