@@ -142,3 +142,26 @@ def test_12_3_rejects_typical_mistakes(wrong, says):
 def test_placeholders_are_not_attempted():
     for exercise in ("12.1", "12.2", "12.3"):
         assert check(exercise, None, quiet=True).ok is None
+
+
+ORDER = torch.arange(16).view(2, 8).T.flatten()  # [0, 8, 1, 9, ...]
+
+
+def test_12_4_accepts_the_reordering():
+    assert check("12.4", ORDER, quiet=True)
+    assert check("12.4", ORDER.tolist(), quiet=True)
+    assert check("12.4", None, quiet=True).ok is None
+
+
+@pytest.mark.parametrize("wrong, says", [
+    (torch.arange(16), "leaves every dimension"),
+    (torch.argsort(ORDER), "inverse permutation"),
+    (torch.stack([torch.arange(8) + 8, torch.arange(8)], 1).flatten(), "rotations differ"),  # each pair backwards
+    (torch.arange(16).flip(0), "rotations differ"),
+    (torch.tensor([0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 7]), "each dimension exactly once"),
+    (torch.arange(15), "each dimension exactly once"),
+    (torch.stack([torch.arange(8), torch.arange(8) + 8], 1).flatten().float(), "integer indices"),
+])
+def test_12_4_rejects_typical_mistakes(wrong, says):
+    verdict = check("12.4", wrong, quiet=True)
+    assert verdict.ok is False and says in verdict.message, verdict.message

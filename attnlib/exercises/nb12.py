@@ -162,3 +162,31 @@ def window_tiles(answer) -> tuple[bool, str]:
                        f"entirely before the window too, not only those in the future ({causal} tiles)")
     return True, (f"right output, and {counter.count} matrix products where {needed} tiles hold allowed keys "
                   f"(causal skipping alone visits {causal})")
+
+
+@checker("12.4")
+def rope_layouts(answer, d: int = 16) -> tuple[bool, str]:
+    """A permutation ``perm (d,)`` of the dimensions with ``rope_half(x)[..., perm] == rope(x[..., perm])`` for every
+    ``x``: reading rotate-half vectors in the interleaved layout."""
+    from ..positional import RotaryEmbedding
+
+    if isinstance(answer, (list, tuple)):
+        answer = torch.tensor(answer)
+    if not isinstance(answer, torch.Tensor) or answer.dtype not in (torch.int64, torch.int32) or answer.dim() != 1:
+        return False, f"expected a 1-D tensor (or list) of {d} integer indices, got {type(answer).__name__}"
+    if answer.shape[0] != d or sorted(answer.tolist()) != list(range(d)):
+        return False, f"expected a permutation of 0..{d - 1}: each dimension exactly once"
+    perm = answer.long()
+    if torch.equal(perm, torch.arange(d)):
+        return False, "that leaves every dimension where it is: the two layouts pair different dimensions"
+    interleaved, half = RotaryEmbedding(d), RotaryEmbedding(d, interleaved=False)
+    x = torch.randn(9, d, dtype=torch.float64, generator=torch.Generator().manual_seed(44))
+    positions = torch.tensor([0, 1, 2, 5, 17, 100, 999, 4096, 50_000])
+    if torch.allclose(half(x, positions)[:, perm], interleaved(x[:, perm], positions), atol=1e-9):
+        return True, "rotate-half pair (i, i + d/2) lands on interleaved pair (2i, 2i + 1): the same rotation"
+    inverse = torch.argsort(perm)
+    if torch.allclose(half(x, positions)[:, inverse], interleaved(x[:, inverse], positions), atol=1e-9):
+        return False, ("this is the inverse permutation: it takes interleaved vectors to the rotate-half layout; "
+                       "you need new[j] = old[perm[j]] with old in the rotate-half layout")
+    return False, ("after your reordering the rotations differ: dimensions i and i + d/2 (one rotate-half pair, "
+                   "frequency i) must land side by side, at 2i and 2i + 1, in that order")
