@@ -53,47 +53,79 @@ def test_10_2_accepts_the_key_padding_mask():
     assert check("10.2", (SRC != 0).view(2, 1, 1, 4), quiet=True, src=SRC)
 
 
-NEXT = {1: 5, 5: 3, 3: 7, 7: 2, 2: 2}  # <bos> -> 5 -> 3 -> 7 -> <eos>: greedy decoding gives [5, 3, 7, 2]
+def cached_greedy(model, src, src_key_padding_mask=None, max_len=11, cross_once=True, positions=True, pad_mask=True,
+                  use_kvcache=True):
+    """The exercise's solution; the keywords switch on the mistakes learners make."""
+    import math
 
+    import torch.nn.functional as F
+    from attnlib import KVCache
 
-class RuleModel(Seq2SeqTransformer):
-    """A Seq2SeqTransformer whose decoder follows NEXT exactly, so greedy decoding is known in advance."""
+    state = model.encode(src, src_key_padding_mask)
+    memory, real = state.memory, state.src_key_padding_mask
+    keys_ok = None if (real is None or not pad_mask) else real[:, None, None, :]  # (B, 1, 1, Ls)
 
-    def decode(self, tgt_in, memory, src_key_padding_mask=None, return_attention=False):
-        logits = torch.full((*tgt_in.shape, 8), -5.0)
-        for b in range(tgt_in.shape[0]):
-            for t, tok in enumerate(tgt_in[b].tolist()):
-                logits[b, t, NEXT.get(tok, 4)] = 5.0
-        return (logits, [], []) if return_attention else logits
+    def project(block):
+        a = block.cross_attn
+        return a.split_heads(a.w_k(memory)), a.split_heads(a.w_v(memory))
+
+    cross_kv = [project(block) for block in model.decoder]
+    caches = [KVCache(max_len) for _ in model.decoder]
+    past = [None] * len(model.decoder)  # the by-hand cache (torch.cat), the other right answer
+    token = torch.full((src.shape[0],), model.bos_id)
+    done = torch.zeros(src.shape[0], dtype=torch.bool)
+    ids = []
+    for t in range(max_len):
+        x = model.tgt_embed(token)[:, None] * math.sqrt(model.config.d_model) + model.pos.pe[t if positions else 0]
+        for i, block in enumerate(model.decoder):
+            k, v = cross_kv[i] if cross_once else project(block)
+            if use_kvcache:
+                a, _ = block.self_attn(x, x, x, need_weights=False, cache=caches[i])
+            else:
+                past[i] = x if past[i] is None else torch.cat([past[i], x], 1)
+                a, _ = block.self_attn(x, past[i], past[i], need_weights=False)
+            x = block.norm1(x + a)
+            q = block.cross_attn.split_heads(block.cross_attn.w_q(x))
+            c = F.scaled_dot_product_attention(q, k, v, attn_mask=keys_ok)
+            x = block.norm2(x + block.cross_attn.w_o(block.cross_attn.merge_heads(c)))
+            x = block.norm3(x + block.ff(x))
+        token = model.head(model.final_norm(x))[:, -1].argmax(-1)
+        ids.append(token.masked_fill(done, model.pad_id))
+        done |= token == model.eos_id
+        if bool(done.all()):
+            break
+    return torch.stack(ids, 1)
 
 
 @pytest.fixture(scope="module")
-def model_and_src():
+def model_and_batch():
     torch.manual_seed(0)
-    model = RuleModel(Seq2SeqTransformerConfig(12, 8, d_model=8, num_heads=2, d_ff=16)).eval()
-    src = torch.tensor([[5, 9, 3, 7, 11, 2]])
-    assert greedy_decode(model, src, max_len=6)[0].tolist()[:4] == [5, 3, 7, 2]
-    return model, src, [5, 3, 7, 2]
+    model = Seq2SeqTransformer(Seq2SeqTransformerConfig(12, 10, d_model=16, num_heads=2, num_encoder_layers=1,
+                                                        num_decoder_layers=2, d_ff=32)).eval()
+    src = torch.randint(3, 12, (6, 9))
+    src[0, 4:] = 0  # two padded rows: the cross-attention must skip their pads
+    src[3, 6:] = 0
+    return model, src, src != 0
 
 
-def test_10_3_rejects_typical_mistakes(model_and_src):
-    model, src, right = model_and_src
-    with torch.no_grad():
-        memory = model.encode(src).memory
-        first = model.decode(torch.tensor([[1]]), memory)[0, -1].argmax().item()
-    cases = [
-        ([1] + right, "start with <bos>"),
-        ([first] * len(right), "input never grows"),
-        (right + [5, 5], "stop after <eos>"),
-        (right[:-2], "stops early"),
-        ([right[0], (right[1] + 1) % 8 or 3] + right[2:], "step 1 predicted"),
-    ]
-    for wrong, says in cases:
-        verdict = check("10.3", wrong, quiet=True, model=model, src=src, max_len=6)
-        assert verdict.ok is False and says in verdict.message, (wrong, verdict.message)
+def test_10_3_accepts_a_cached_decoder(model_and_batch):
+    model, src, real = model_and_batch
+    for use_kvcache in (True, False):
+        fn = lambda m, s, r, n: cached_greedy(m, s, r, n, use_kvcache=use_kvcache)
+        verdict = check("10.3", fn, quiet=True, model=model, src=src, src_key_padding_mask=real, max_len=8)
+        assert verdict.ok, verdict.message
+    assert check("10.3", None, quiet=True, model=model, src=src).ok is None
 
 
-def test_10_3_accepts_greedy_decoding(model_and_src):
-    model, src, right = model_and_src
-    assert check("10.3", right, quiet=True, model=model, src=src, max_len=6)
-    assert check("10.3", torch.tensor(right), quiet=True, model=model, src=src, max_len=6)
+@pytest.mark.parametrize("wrong, says", [
+    (lambda m, s, r, n: greedy_decode(m, s, r, max_len=n), "recomputes the prefix"),
+    (lambda m, s, r, n: cached_greedy(m, s, r, n, cross_once=False), "once per layer, before the loop"),
+    (lambda m, s, r, n: cached_greedy(m, s, r, n, positions=False), "differs from greedy decoding"),
+    (lambda m, s, r, n: cached_greedy(m, s, r, n, pad_mask=False), "must not read the source's pads"),
+    (lambda m, s, r, n: cached_greedy(m, s, r, n).tolist(), "expected ids of shape"),
+    ([5, 3, 7, 2], "expected a function"),
+])
+def test_10_3_rejects_typical_mistakes(model_and_batch, wrong, says):
+    model, src, real = model_and_batch
+    verdict = check("10.3", wrong, quiet=True, model=model, src=src, src_key_padding_mask=real, max_len=8)
+    assert verdict.ok is False and says in verdict.message, verdict.message

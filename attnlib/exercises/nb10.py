@@ -72,32 +72,55 @@ def memory_mask(answer, src: torch.Tensor, pad_id: int = 0, num_heads: int = 4, 
 
 
 @checker("10.3")
-def greedy_by_hand(answer, model, src: torch.Tensor, max_len: int = 11) -> tuple[bool, str]:
-    """Greedy decoding of one source ``src (1, Ls)`` written out: the generated ids up to and including ``<eos>``."""
-    answer = _ids(answer, "your ids").flatten().tolist()
+def cached_greedy(answer, model, src: torch.Tensor, src_key_padding_mask: torch.Tensor | None = None,
+                  max_len: int = 11) -> tuple[bool, str]:
+    """A function ``fn(model, src, src_key_padding_mask, max_len) -> ids (B, T)``: greedy decoding that keeps a
+    cache, so that each step runs the decoder on the new token only and the cross-attention's keys and values
+    are projected from the memory once per layer, not once per step. Its ids must be greedy decoding's."""
+    if not callable(answer):
+        return False, f"expected a function fn(model, src, src_key_padding_mask, max_len), got {type(answer).__name__}"
     from ..decoding import greedy_decode
 
-    c = model.config
+    positions, cross_projections = [], []
+    hooks = []
+    for layer, block in enumerate(model.decoder):  # record what each decoder layer computes, step by step
+        hooks.append(block.ff.register_forward_pre_hook(lambda m, args: positions.append(args[0].shape[1])))
+        hooks.append(block.cross_attn.w_k.register_forward_pre_hook(
+            lambda m, args, layer=layer: cross_projections.append(layer)))
+    try:
+        with torch.no_grad():
+            ids = answer(model, src, src_key_padding_mask, max_len)
+    finally:
+        for h in hooks:
+            h.remove()
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[0] != src.shape[0]:
+        got = tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
+        return False, f"expected ids of shape (B, T) with B = {src.shape[0]}, got {got}"
+    if not positions:
+        return False, "the decoder blocks never ran: decode with the model's own blocks (model.decoder)"
+    if max(positions) > 1:
+        return False, (f"a decoder block was run on {max(positions)} target positions at once: that recomputes the "
+                       "prefix at every step (greedy_decode and model.decode do); feed the new token only and let "
+                       "the self-attention read the earlier ones from a KVCache")
+    steps = len(positions) // len(model.decoder)
+    per_layer = max(cross_projections.count(i) for i in range(len(model.decoder)))
+    if per_layer > 1:
+        return False, (f"the cross-attention's keys were projected from the memory {per_layer} times in one layer "
+                       f"over {steps} steps: the memory does not change while decoding, so project its keys and "
+                       "values once per layer, before the loop")
     with torch.no_grad():
-        ids = greedy_decode(model, src, max_len=max_len)
-        right = ids[0].tolist()
-        if c.eos_id in right:
-            right = right[: right.index(c.eos_id) + 1]
-        memory = model.encode(src).memory
-        bos = torch.tensor([[c.bos_id]])
-        from_bos_only = model.decode(bos, memory)[0, -1].argmax().item()
-    if answer == right:
-        return True, "each prediction was fed back in as the next input, until <eos>"
-    if answer and answer[0] == c.bos_id:
-        return False, "your ids start with <bos>: that is the decoder's first input, not a generated token; leave it out"
-    if answer[: len(right)] == right and len(answer) > len(right):
-        return False, f"right up to <eos>, then {len(answer) - len(right)} more: stop after <eos> (id {c.eos_id})"
-    if right[: len(answer)] == answer and c.eos_id not in answer:
-        return False, (f"the first {len(answer)} tokens are right but the output stops early; "
-                       f"decode until <eos> (id {c.eos_id}) or max_len={max_len}")
-    if len(answer) > 1 and all(a == from_bos_only for a in answer) and len(set(right)) > 1:
-        return False, ("every step predicts the same token: the input never grows. Append each prediction to "
-                       "the decoder input before the next step")
-    first = next(i for i, (a, r) in enumerate(zip(answer + [None] * len(right), right)) if a != r)
-    return False, (f"step {first} predicted {answer[first] if first < len(answer) else 'nothing'} but greedy decoding "
-                   f"gives {right[first]}: the next token is the argmax of the LAST position's logits")
+        right = greedy_decode(model, src, src_key_padding_mask, max_len=max_len)  # (B, T')
+    eos, pad = model.eos_id, model.pad_id
+    for b in range(src.shape[0]):
+        want = right[b].tolist()
+        want = want[: want.index(eos) + 1] if eos in want else want
+        got = ids[b].tolist()[: len(want)]
+        if got != want:
+            t = next((i for i, (x, y) in enumerate(zip(got, want)) if x != y), len(got))
+            hint = (" (is this row padded? the cross-attention must not read the source's pads)"
+                    if src_key_padding_mask is not None and not bool(src_key_padding_mask[b].all()) else
+                    " (the new token's position: position t's encoding, not position 0's; and the causal "
+                    "self-attention over the cached tokens)")
+            return False, f"row {b} differs from greedy decoding at step {t}{hint}"
+    return True, (f"one target position per block call over {steps} steps, the memory's keys and values projected "
+                  "once per layer, and the same ids as greedy decoding")
