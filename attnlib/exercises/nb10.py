@@ -36,7 +36,7 @@ def decoder_input(answer, tgt: torch.Tensor, bos_id: int = 1) -> tuple[bool, str
         return False, f"every row must start with <bos> (id {bos_id}); the first column holds {answer[:, 0].tolist()}"
     if not torch.equal(answer, right):
         wrong = (answer != right).nonzero()[0].tolist()
-        return False, f"row {wrong[0]}, position {wrong[1]} should be target token {wrong[1] - 1}, i.e. {int(right[tuple(wrong)])}"
+        return False, f"row {wrong[0]}, position {wrong[1]} is not what teacher forcing feeds there"
     return True, "<bos>, then the target shifted right by one"
 
 
@@ -51,12 +51,12 @@ def memory_mask(answer, src: torch.Tensor, pad_id: int = 0, num_heads: int = 4, 
         return False, f"expected dtype torch.bool (True = may attend), got {answer.dtype}"
     if answer.dim() == 2:
         return False, (f"a 2-D mask {tuple(answer.shape)} is read as (Lq, Lk), one row per query, not one row per "
-                       "sequence: add the head and query dimensions, (B, 1, 1, Ls)")
+                       "sequence: add the missing axes so that it broadcasts over the heads and the target positions")
     if answer.dim() != 4:
-        return False, f"expected a 4-D mask (B, 1, 1, Ls) = {(B, 1, 1, Ls)}, got shape {tuple(answer.shape)}"
+        return False, f"expected a 4-D mask that broadcasts to (B, heads, Lt, Ls), got shape {tuple(answer.shape)}"
     if answer.shape == (B, 1, Ls, 1) or answer.shape == (B, Ls, 1, 1):
         return False, (f"shape {tuple(answer.shape)} puts the source positions on a query axis; the source is "
-                       "the keys, the last axis: (B, 1, 1, Ls)")
+                       "the keys, the last axis")
     try:
         full = answer.expand(B, num_heads, tgt_len, Ls)
     except RuntimeError:
