@@ -27,24 +27,26 @@ _EXPORTS = {  # module -> the public names it gives the package
     "layers": ["FeedForward", "RMSNorm", "SwiGLU"],
     "transformer": ["TransformerBlock", "TransformerEncoder"],
     "tagger": ["TaggerConfig", "TransformerTagger"],
-    "data": ["Batch", "Seq2SeqData", "Vocab", "batches", "format_date", "make_copy", "make_dates", "make_reversal",
-             "make_sorting"],
+    "data": ["Batch", "Seq2SeqData", "Vocab", "batches", "make_copy", "make_reversal", "make_sort_batch",
+             "make_sorting", "previous_digit_batch", "shift_right"],
+    "dates": ["format_date", "make_dates"],
+    "stats": ["Spread", "above", "apart", "spread", "verdict"],
     "rnn_attention": ["AdditiveAttention", "LuongAttention"],
-    "seq2seq": ["AttentionDecoder", "Decoder", "DecoderState", "Encoder", "Seq2Seq", "beam_search", "greedy_decode",
-                "load_seq2seq", "save_seq2seq"],
+    "seq2seq": ["AttentionDecoder", "Decoder", "DecoderState", "Encoder", "Seq2Seq", "load_seq2seq", "save_seq2seq"],
+    "decoding": ["beam_search", "greedy_decode"],
     "runtime": ["eval_mode", "get_device", "progress_bar", "seed_everything"],
-    "training": ["History", "evaluate_seq2seq", "sequence_accuracy", "teacher_forcing_ratio", "token_accuracy",
-                 "train_seq2seq"],
+    "training": ["History", "evaluate", "sequence_accuracy", "sequence_loss", "teacher_forcing_ratio",
+                 "token_accuracy", "train_seq2seq", "train_steps"],
     "parallel": ["fork_is_safe", "parallel_map"],
     "minilm": ["MiniLM", "MiniLMOutput", "WordPieceTokenizer", "load_minilm"],
     "gguf_io": ["GGUFFile", "unpermute_rope_rows"],
     "gguf_tokenizer": ["GGUFTokenizer"],
     "smollm2": ["SmolLM2", "SmolLM2Config", "load_smollm2"],
-    "plotting": ["plot_curves", "plot_heads", "plot_heatmap"],
-    "widgets": ["AttentionExplorer", "AttentionHeatmap"],
-    "widget_compare": ["AttentionCompare", "compare"],
+    "viz.plotting": ["plot_curves", "plot_heads", "plot_heatmap", "plot_history"],
+    "viz.widgets": ["AttentionExplorer", "AttentionHeatmap"],
+    "viz.compare": ["AttentionCompare", "compare"],
     "decoder": ["TransformerDecoderBlock"],
-    "seq2seq_transformer": ["Seq2SeqTransformer", "Seq2SeqTransformerConfig", "evaluate_transformer", "sequence_loss"],
+    "seq2seq_transformer": ["Seq2SeqTransformer", "Seq2SeqTransformerConfig"],
     "gpt": ["GPT", "GPTConfig"],
     "sampling": ["sample_next"],
     "tiled": ["online_softmax", "online_softmax_stats", "tiled_attention"],
@@ -70,20 +72,23 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__) | set(_EXPORTS))
+    return sorted(set(globals()) | set(__all__) | {module.split(".")[0] for module in _EXPORTS})
 
 
 if TYPE_CHECKING:  # for editors and type checkers: the same names, imported eagerly
     from .attention import causal_mask, masked_softmax, padding_mask, scaled_dot_product_attention, sliding_window_mask
     from .decoder import TransformerDecoderBlock
-    from .seq2seq_transformer import Seq2SeqTransformer, Seq2SeqTransformerConfig, evaluate_transformer, sequence_loss
+    from .seq2seq_transformer import Seq2SeqTransformer, Seq2SeqTransformerConfig
     from .gpt import GPT, GPTConfig
     from .layers import FeedForward, RMSNorm, SwiGLU
     from .sampling import sample_next
     from .tiled import online_softmax, online_softmax_stats, tiled_attention
-    from .widget_compare import AttentionCompare, compare
-    from .data import (Batch, Seq2SeqData, Vocab, batches, format_date, make_copy, make_dates, make_reversal,
-                       make_sorting)
+    from .viz.compare import AttentionCompare, compare
+    from .data import (Batch, Seq2SeqData, Vocab, batches, make_copy, make_reversal, make_sort_batch, make_sorting,
+                       previous_digit_batch, shift_right)
+    from .dates import format_date, make_dates
+    from .decoding import beam_search, greedy_decode
+    from .stats import Spread, above, apart, spread, verdict
     from .exercises import check
     from .minilm import MiniLM, MiniLMOutput, WordPieceTokenizer, load_minilm
     from .gguf_io import GGUFFile, unpermute_rope_rows
@@ -91,15 +96,14 @@ if TYPE_CHECKING:  # for editors and type checkers: the same names, imported eag
     from .smollm2 import SmolLM2, SmolLM2Config, load_smollm2
     from .multihead import KVCache, MultiHeadAttention
     from .paths import model_path, save_path
-    from .plotting import plot_curves, plot_heads, plot_heatmap
+    from .viz.plotting import plot_curves, plot_heads, plot_heatmap, plot_history
     from .positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding, sinusoidal_encoding
     from .rnn_attention import AdditiveAttention, LuongAttention
-    from .seq2seq import (AttentionDecoder, Decoder, DecoderState, Encoder, Seq2Seq, beam_search, greedy_decode,
-                          load_seq2seq, save_seq2seq)
+    from .seq2seq import AttentionDecoder, Decoder, DecoderState, Encoder, Seq2Seq, load_seq2seq, save_seq2seq
     from .tagger import TaggerConfig, TransformerTagger
     from .parallel import fork_is_safe, parallel_map
     from .runtime import eval_mode, get_device, progress_bar, seed_everything
-    from .training import (History, evaluate_seq2seq, sequence_accuracy, teacher_forcing_ratio, token_accuracy,
-                           train_seq2seq)
+    from .training import (History, evaluate, sequence_accuracy, sequence_loss, teacher_forcing_ratio, token_accuracy,
+                           train_seq2seq, train_steps)
     from .transformer import TransformerBlock, TransformerEncoder
-    from .widgets import AttentionExplorer, AttentionHeatmap
+    from .viz.widgets import AttentionExplorer, AttentionHeatmap

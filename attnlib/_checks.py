@@ -132,3 +132,48 @@ def to_numpy(x: object, name: str):
         return np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as err:
         raise ValueError(f"{name} must be a torch.Tensor or a NumPy array of numbers, got {type(x).__name__}") from err
+
+
+def check_positive_int(name: str, value: object) -> None:
+    """Raise ValueError unless ``value`` is an int of at least 1 (a bool is not a count)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def check_fraction(name: str, value: object) -> None:
+    """Raise ValueError unless ``value`` is a number in [0, 1] (a probability, a ratio)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be a number between 0 and 1, got {value!r}")
+
+
+def check_same_batch(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor) -> None:
+    """Raise ValueError unless ``a`` and ``b`` have the same first (batch) dimension."""
+    if a.shape[0] != b.shape[0]:
+        raise ValueError(
+            f"{name_a} has shape {shape_of(a)} but {name_b} has shape {shape_of(b)}; the batch sizes must match"
+        )
+
+
+def check_token_ids(name: str, ids: object, ndim: int = 2) -> None:
+    """Raise ValueError unless ``ids`` is an integer tensor of ``ndim`` dimensions (token ids)."""
+    check_tensor(name, ids, ndim=ndim)
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
+
+
+def check_right_padded(key_padding_mask: torch.Tensor, name: str = "key_padding_mask") -> None:
+    """Raise ValueError unless every row of the bool ``(B, L)`` mask is its real tokens first, then its padding.
+
+    A recurrent encoder reads the first ``mask.sum()`` tokens of each row (packed sequences), so a
+    row with left padding or a gap would be read wrong; the message names the first such row.
+    """
+    lengths = key_padding_mask.sum(1, keepdim=True)  # (B, 1)
+    prefix = torch.arange(key_padding_mask.shape[1], device=key_padding_mask.device)[None, :] < lengths  # (B, L)
+    bad = (key_padding_mask != prefix).any(1).nonzero().flatten()
+    if len(bad):
+        row = int(bad[0])
+        raise ValueError(
+            f"row {row} of {name} is {key_padding_mask[row].int().tolist()}: the real tokens must come first, then "
+            f"the padding (no left padding, no gaps), because the encoder reads the first mask.sum() tokens of each "
+            f"row; {len(bad)} row(s) are not like that"
+        )

@@ -8,21 +8,23 @@ Layout of the tensors (``pad_id = 0``, ``bos_id = 1``, ``eos_id = 2``):
 
 * ``src`` ``(N, Ls)``: source tokens, then ``<eos>``, then ``<pad>``.
 * ``tgt`` ``(N, Lt)``: target tokens, then ``<eos>``, then ``<pad>``. The model adds
-  ``<bos>`` in front of the decoder input itself (see :class:`attnlib.Seq2Seq`).
+  ``<bos>`` in front of the decoder input itself (:func:`shift_right`).
 
 There is no ``<bos>`` in the source, so position ``i`` of ``src`` is character/token
-``i`` of the raw input; the date spans use these positions.
+``i`` of the raw input; the date spans (:mod:`attnlib.dates`) use these positions.
+
+The per-position tasks of the transformer notebooks (:func:`make_sort_batch`,
+:func:`previous_digit_batch`) draw a fresh batch of tensors from a ``torch.Generator`` instead.
 """
 from __future__ import annotations
 
-import datetime as dt
 import random
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import torch
 
-from ._checks import shape_of
+from ._checks import check_positive_int, check_token_ids, shape_of
 
 SPECIALS = ("<pad>", "<bos>", "<eos>")
 
@@ -84,6 +86,26 @@ class Vocab:
             out.append(self.itos[i])
         return out
 
+    def to_dict(self) -> dict[str, list[str]]:
+        """Plain lists (``itos`` and ``specials``) that a checkpoint can store; :meth:`from_dict` reverses it."""
+        return {"itos": list(self.itos), "specials": list(self.specials)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Vocab":
+        """The vocabulary that :meth:`to_dict` described."""
+        return cls(d["itos"][len(d["specials"]):], specials=d["specials"])
+
+
+def shift_right(tgt: torch.Tensor, bos_id: int) -> torch.Tensor:
+    """A decoder's input for the target ``tgt (B, T)``: ``<bos>``, then ``tgt`` without its last token, ``(B, T)``.
+
+    With it, position t of the decoder predicts target token t from the target tokens before it
+    (teacher forcing). Both seq2seq models build their decoder input with it.
+    """
+    check_token_ids("tgt", tgt)
+    bos = tgt.new_full((tgt.shape[0], 1), bos_id)  # (B, 1)
+    return torch.cat([bos, tgt[:, :-1]], dim=1)  # (B, T)
+
 
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = 0) -> torch.Tensor:
     """A ``(N, max_len)`` long tensor of the id lists, right-padded with ``pad_id``."""
@@ -122,8 +144,8 @@ class Seq2SeqData:
                 f"{len(self.src_vocab)} source / {len(self.tgt_vocab)} target tokens)")
 
     @property
-    def src_mask(self) -> torch.Tensor:
-        """``(N, Ls)`` bool, True at real source positions (including ``<eos>``)."""
+    def src_key_padding_mask(self) -> torch.Tensor:
+        """``(N, Ls)`` bool, True at real source positions (including ``<eos>``), False at padding."""
         return self.src != self.src_vocab.pad_id
 
     def subset(self, index: Sequence[int] | slice | torch.Tensor) -> "Seq2SeqData":
@@ -139,6 +161,14 @@ class Seq2SeqData:
             None if self.spans is None else [self.spans[i] for i in keep],
         )
 
+    @classmethod
+    def from_raw(cls, src_raw: Sequence, tgt_raw: Sequence, src_vocab: Vocab, tgt_vocab: Vocab,
+                 spans: list[dict[str, tuple[int, int]]] | None = None) -> "Seq2SeqData":
+        """Encode the examples (each with ``<eos>`` at its end) and pad them into a data set."""
+        src = pad_sequences([src_vocab.encode(s) for s in src_raw], src_vocab.pad_id)  # (N, Ls)
+        tgt = pad_sequences([tgt_vocab.encode(t) for t in tgt_raw], tgt_vocab.pad_id)  # (N, Lt)
+        return cls(src, tgt, src_vocab, tgt_vocab, list(src_raw), list(tgt_raw), spans)
+
     def split(self, n_first: int) -> tuple["Seq2SeqData", "Seq2SeqData"]:
         """``(first n_first examples, the rest)``, e.g. a train / test split."""
         if not 0 <= n_first <= len(self):
@@ -146,15 +176,10 @@ class Seq2SeqData:
         return self.subset(slice(0, n_first)), self.subset(slice(n_first, len(self)))
 
 
-def _build(src_raw, tgt_raw, src_vocab, tgt_vocab, spans=None) -> Seq2SeqData:
-    src = pad_sequences([src_vocab.encode(s) for s in src_raw], src_vocab.pad_id)
-    tgt = pad_sequences([tgt_vocab.encode(t) for t in tgt_raw], tgt_vocab.pad_id)
-    return Seq2SeqData(src, tgt, src_vocab, tgt_vocab, list(src_raw), list(tgt_raw), spans)
 
 
 def _check_n_length(n: int, length: int | tuple[int, int]) -> tuple[int, int]:
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    check_positive_int("n", n)
     lo, hi = (length, length) if isinstance(length, int) else tuple(length)
     if not 1 <= lo <= hi:
         raise ValueError(f"length must be a positive int or a (min, max) pair with min <= max, got {length!r}")
@@ -173,7 +198,7 @@ def make_reversal(n: int, length: int | tuple[int, int], vocab_size: int = 10, s
         raise ValueError(f"vocab_size must be at least 2, got {vocab_size}")
     seqs = _random_sequences(n, length, list(range(vocab_size)), seed)
     vocab = Vocab(range(vocab_size))
-    return _build(seqs, [s[::-1] for s in seqs], vocab, vocab)
+    return Seq2SeqData.from_raw(seqs, [s[::-1] for s in seqs], vocab, vocab)
 
 
 def make_copy(n: int, length: int | tuple[int, int], vocab_size: int = 10, seed: int = 0) -> Seq2SeqData:
@@ -182,7 +207,7 @@ def make_copy(n: int, length: int | tuple[int, int], vocab_size: int = 10, seed:
         raise ValueError(f"vocab_size must be at least 2, got {vocab_size}")
     seqs = _random_sequences(n, length, list(range(vocab_size)), seed)
     vocab = Vocab(range(vocab_size))
-    return _build(seqs, [list(s) for s in seqs], vocab, vocab)
+    return Seq2SeqData.from_raw(seqs, [list(s) for s in seqs], vocab, vocab)
 
 
 def make_sorting(n: int, length: int | tuple[int, int], low: int = 2, high: int = 19, seed: int = 0) -> Seq2SeqData:
@@ -191,103 +216,17 @@ def make_sorting(n: int, length: int | tuple[int, int], low: int = 2, high: int 
         raise ValueError(f"low must be <= high, got low={low}, high={high}")
     seqs = _random_sequences(n, length, list(range(low, high + 1)), seed)
     vocab = Vocab(range(low, high + 1))
-    return _build(seqs, [sorted(s) for s in seqs], vocab, vocab)
-
-
-# ------------------------------------------------------------------ dates
-
-MONTHS = ["january", "february", "march", "april", "may", "june", "july",
-          "august", "september", "october", "november", "december"]
-WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
-
-
-def _ordinal(day: int) -> str:
-    suffix = "th" if 11 <= day % 100 <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
-    return f"{day}{suffix}"
-
-
-def _date_formats(d: dt.date) -> list[list[tuple[str, str | None]]]:
-    """Each format as pieces ``(text, field)``, field in year/month/day or None."""
-    month, y, m, day = MONTHS[d.month - 1], "year", "month", "day"
-    yy = f"{d.year % 100:02d}"
-    return [
-        [(WEEKDAYS[d.weekday()] + ", ", None), (month, m), (" ", None), (str(d.day), day), (" ", None), (str(d.year), y)],
-        [(f"{d.day:02d}", day), (".", None), (f"{d.month:02d}", m), (".", None), (yy, y)],
-        [(month[:3].capitalize(), m), (" ", None), (str(d.day), day), (", ", None), (str(d.year), y)],
-        [(str(d.day), day), (" ", None), (month, m), (" ", None), (str(d.year), y)],
-        [(str(d.year), y), ("/", None), (f"{d.month:02d}", m), ("/", None), (f"{d.day:02d}", day)],
-        [(f"{d.month:02d}", m), ("/", None), (f"{d.day:02d}", day), ("/", None), (str(d.year), y)],
-        [(_ordinal(d.day), day), (" of ", None), (month.capitalize(), m), (", ", None), (str(d.year), y)],
-        [(month.upper(), m), (" ", None), (f"{d.day:02d}", day), (" ", None), (str(d.year), y)],
-        [(WEEKDAYS[d.weekday()][:3].capitalize() + " ", None), (str(d.day), day), (" ", None),
-         (month[:3].capitalize(), m), (" ", None), (str(d.year), y)],
-        [(str(d.year), y), ("-", None), (str(d.month), m), ("-", None), (str(d.day), day)],
-    ]
-
-
-#: How many input formats :func:`make_dates` draws from.
-N_DATE_FORMATS = 10
-DATE_FORMAT_EXAMPLES = ["".join(t for t, _ in f) for f in _date_formats(dt.date(2024, 3, 5))]
-
-
-def format_date(d: dt.date, fmt: int) -> tuple[str, dict[str, tuple[int, int]]]:
-    """The text of date ``d`` in format number ``fmt`` and the ``(start, end)`` span of each field.
-
-    Two-digit years (format 1, ``05.03.24``) mean 1950-2049. The day span includes an
-    ordinal suffix (``5th``); the month span is the month word (``march``, ``Mar``) or number.
-    """
-    if not 0 <= fmt < N_DATE_FORMATS:
-        raise ValueError(f"fmt must be between 0 and {N_DATE_FORMATS - 1}, got {fmt}")
-    text, spans = "", {}
-    for piece, name in _date_formats(d)[fmt]:
-        if name is not None:
-            spans[name] = (len(text), len(text) + len(piece))
-        text += piece
-    return text, spans
-
-
-def make_dates(
-    n: int,
-    seed: int = 0,
-    start: dt.date = dt.date(1950, 1, 1),
-    end: dt.date = dt.date(2049, 12, 31),
-    formats: Sequence[int] | None = None,
-) -> Seq2SeqData:
-    """Date normalisation, character level: ``"tuesday, march 5 2024"`` -> ``"2024-03-05"``.
-
-    Dates are uniform in ``[start, end]`` and formats uniform among ``formats``
-    (default: all :data:`N_DATE_FORMATS`; see :data:`DATE_FORMAT_EXAMPLES`). The result's
-    ``spans`` give the year/month/day positions in each source; its vocabularies cover
-    every character any format can produce, so two calls share the same ids.
-    """
-    _check_n_length(n, 1)
-    if not (dt.date(1950, 1, 1) <= start <= end <= dt.date(2049, 12, 31)):
-        raise ValueError(f"need 1950-01-01 <= start <= end <= 2049-12-31 (two-digit years), got {start}, {end}")
-    formats = list(range(N_DATE_FORMATS)) if formats is None else list(formats)
-    for f in formats:
-        if not 0 <= f < N_DATE_FORMATS:
-            raise ValueError(f"formats must be between 0 and {N_DATE_FORMATS - 1}, got {f}")
-    rng = random.Random(seed)
-    src_raw, tgt_raw, spans = [], [], []
-    for _ in range(n):
-        d = dt.date.fromordinal(rng.randint(start.toordinal(), end.toordinal()))
-        text, span = format_date(d, rng.choice(formats))
-        src_raw.append(text)
-        tgt_raw.append(d.isoformat())
-        spans.append(span)
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    src_vocab = Vocab("0123456789" + letters + letters.upper() + " ,./-")
-    tgt_vocab = Vocab("0123456789-")
-    return _build(src_raw, tgt_raw, src_vocab, tgt_vocab, spans)
+    return Seq2SeqData.from_raw(seqs, [sorted(s) for s in seqs], vocab, vocab)
 
 
 # ------------------------------------------------------------------ batches
 
 class Batch(NamedTuple):
-    """One mini-batch: ``src`` ``(B, Ls)``, ``src_mask`` ``(B, Ls)`` bool, ``tgt`` ``(B, Lt)``, ``index`` ``(B,)``."""
+    """One mini-batch: ``src`` ``(B, Ls)``, ``src_key_padding_mask`` ``(B, Ls)`` bool (True = a real token),
+    ``tgt`` ``(B, Lt)``, ``index`` ``(B,)`` (the rows of the data set)."""
 
     src: torch.Tensor
-    src_mask: torch.Tensor
+    src_key_padding_mask: torch.Tensor
     tgt: torch.Tensor
     index: torch.Tensor
 
@@ -304,8 +243,7 @@ def batches(
     With ``shuffle`` the order comes from ``torch.Generator().manual_seed(seed)``, so pass
     a different seed each epoch (e.g. ``seed + epoch``) for a fresh order.
     """
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    check_positive_int("batch_size", batch_size)
     if data.src.shape[0] != data.tgt.shape[0]:
         raise ValueError(f"src has shape {shape_of(data.src)} but tgt has shape {shape_of(data.tgt)}; N must match")
     n = len(data)
@@ -317,3 +255,63 @@ def batches(
         ls, lt = int(src_len[idx].max()), int(tgt_len[idx].max())
         src = data.src[idx, :ls].to(device)
         yield Batch(src, src != data.src_vocab.pad_id, data.tgt[idx, :lt].to(device), idx)
+
+
+# ------------------------------------------------------------------ per-position tasks: a fresh batch per call
+
+def _generator(generator: torch.Generator | int) -> torch.Generator:
+    """``generator`` itself, or a new one seeded with it when it is an int."""
+    if isinstance(generator, torch.Generator):
+        return generator
+    if isinstance(generator, int) and not isinstance(generator, bool):
+        return torch.Generator().manual_seed(generator)
+    raise ValueError(f"generator must be a torch.Generator or an int seed, got {type(generator).__name__}")
+
+
+def make_sort_batch(n: int, generator: torch.Generator | int, min_len: int = 1, max_len: int = 12,
+                    pad_id: int = 10, ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``n`` inputs of digits to sort, as built in notebook 07 (section 4) and read again in notebook 08.
+
+    Each input has a length drawn uniformly from ``min_len..max_len`` and digits drawn from its own
+    random palette of 1 to 10 different digits, so that repeated digits are common (with uniform
+    digits, a run of six equal digits among twelve would be rare). Inputs are right-padded with
+    ``pad_id`` to ``max_len``. The draws come from ``generator`` (a ``torch.Generator``, which
+    advances, or an int seed); the global random state is never touched.
+
+    Returns ``tokens (n, max_len)``, ``targets (n, max_len)``: the sorted digits, ``ignore_index``
+    at the pads (no loss there), and ``real (n, max_len)``: bool, True at a real token (a key
+    padding mask).
+    """
+    g = _generator(generator)
+    check_positive_int("n", n)
+    check_positive_int("min_len", min_len)
+    if max_len < min_len:
+        raise ValueError(f"max_len must be at least min_len, got min_len={min_len} and max_len={max_len}")
+    if pad_id < 10:
+        raise ValueError(f"pad_id must be 10 or more (it must sort after every digit), got {pad_id}")
+    lengths = torch.randint(min_len, max_len + 1, (n,), generator=g)  # (n,)
+    palette_size = torch.randint(1, 11, (n,), generator=g)  # (n,) how many different digits each input may use
+    palettes = torch.rand(n, 10, generator=g).argsort(dim=1)  # (n, 10) a random order of 0-9 per input
+    picks = (torch.rand(n, max_len, generator=g) * palette_size[:, None]).long()  # (n, max_len), < palette_size
+    digits = palettes.gather(1, picks)  # (n, max_len)
+    real = torch.arange(max_len)[None, :] < lengths[:, None]  # (n, max_len), True = a real token
+    tokens = digits.masked_fill(~real, pad_id)
+    targets = tokens.sort(dim=1).values.masked_fill(~real, ignore_index)  # the pads sort last; no loss there
+    return tokens, targets, real
+
+
+def previous_digit_batch(n: int, generator: torch.Generator | int, length: int = 12,
+                         ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` sequences of ``length`` uniform digits; the target at each position is the digit before it.
+
+    Built in notebook 06 (section 4) and used again in notebook 12: a task that only positions can
+    solve. Position 0 has no previous digit: its target is ``ignore_index``. The draws come from
+    ``generator`` (a ``torch.Generator`` or an int seed). Returns ``tokens (n, length)`` and
+    ``targets (n, length)``.
+    """
+    g = _generator(generator)
+    check_positive_int("n", n)
+    check_positive_int("length", length)
+    tokens = torch.randint(0, 10, (n, length), generator=g)  # (n, length)
+    targets = torch.cat([torch.full((n, 1), ignore_index), tokens[:, :-1]], dim=1)  # (n, length)
+    return tokens, targets

@@ -30,12 +30,22 @@ def fork_is_safe() -> bool:
             and torch.get_num_threads() == 1 and not torch.cuda.is_initialized())
 
 
-def _worker(fn, tasks, indices, conn) -> None:
-    """Child process: run ``fn`` on its share of the tasks and send back (index, ok, result)."""
+def _next_index(counter, n: int):
+    """Take the next task index from the shared counter (None when every task is taken)."""
+    with counter.get_lock():
+        i = counter.value
+        if i >= n:
+            return None
+        counter.value = i + 1
+    return i
+
+
+def _worker(fn, tasks, counter, conn) -> None:
+    """Child process: take the next untaken task, run ``fn`` on it, send back (index, ok, result); repeat."""
     import pickle
     import traceback
 
-    for i in indices:
+    while (i := _next_index(counter, len(tasks))) is not None:
         try:  # plain pickle: multiprocessing's own would share tensors through files that die with the child
             message = pickle.dumps((i, True, fn(tasks[i])))
         except BaseException:  # noqa: BLE001: every failure goes back to the parent as text
@@ -48,8 +58,9 @@ def parallel_map(fn, tasks: Sequence, workers: int = 2, desc: str | None = None,
     """``[fn(task) for task in tasks]``, computed in ``workers`` forked processes; results in order.
 
     Made for independent training runs (one per seed or per setting) on a machine whose cores
-    would otherwise idle: every notebook trains on one thread. Task ``i`` goes to worker
-    ``i % workers``; each worker runs its tasks one after the other and sends each result back
+    would otherwise idle: every notebook trains on one thread. A worker that finishes a task takes
+    the next one nobody has started (a shared queue, in the order given: put the longest tasks
+    first), so an uneven mix of tasks keeps both cores busy; each result is sent back
     (results are pickled: tensors, dicts, floats and models of importable classes travel fine).
     ``fn`` itself is never pickled, because a forked child already has it, so a function defined
     in a notebook works. ``fn`` must seed everything it draws (``seed_everything`` inside it):
@@ -75,10 +86,11 @@ def parallel_map(fn, tasks: Sequence, workers: int = 2, desc: str | None = None,
     from multiprocessing.connection import wait
 
     ctx = mp.get_context("fork")
+    counter = ctx.Value("i", 0)  # the index of the next task nobody has started
     pipes, procs = [], []
     for w in range(min(workers, len(tasks))):
         receive, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_worker, args=(fn, tasks, range(w, len(tasks), workers), send), daemon=True)
+        proc = ctx.Process(target=_worker, args=(fn, tasks, counter, send), daemon=True)
         proc.start()
         send.close()  # the parent keeps only the receiving end
         pipes.append(receive)

@@ -5,19 +5,22 @@ output (the keys, ``(B, L, Dk)``); a softmax over the scores gives the weights, 
 context is the weighted sum of the keys (they are also the values here).
 
 Both modules share one signature, so a decoder can take either:
-``forward(query, keys, mask=None, keys_proj=None) -> (context (B, Dk), weights (B, L))``.
-The key half of a score does not change between decoder steps, so
-``project_keys(keys)`` computes it once per sequence; pass the result as ``keys_proj``.
+``forward(query, keys, key_padding_mask=None, keys_proj=None, need_weights=True)
+-> (context (B, Dk), weights (B, L) or None)``. The key half of a score does not change between
+decoder steps, so ``project_keys(keys)`` computes it once per sequence; pass the result as
+``keys_proj``.
 
-Masks are boolean, True = a real key ("may attend"). Masked keys get weight exactly 0; a
-row with every key masked gets zero weights and a zero context, never NaN.
+``key_padding_mask`` is bool ``(B, L)``, True = a real key. Padded keys get weight exactly 0; a
+row with every key padded gets zero weights and a zero context, never NaN.
+
+Built in notebook 02 (Bahdanau, section 1) and notebook 03 (Luong's three scores, section 1).
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from ._checks import check_bool_mask, check_tensor, shape_of
+from ._checks import check_bool_mask, check_positive_int, check_same_batch, check_tensor, shape_of
 from .attention import masked_softmax  # the package's one masked softmax, also importable from here
 
 __all__ = ["AdditiveAttention", "LuongAttention", "masked_softmax"]
@@ -28,9 +31,8 @@ class _RNNAttention(nn.Module):
 
     def __init__(self, query_dim: int, key_dim: int):
         super().__init__()
-        for name, value in (("query_dim", query_dim), ("key_dim", key_dim)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_positive_int("query_dim", query_dim)
+        check_positive_int("key_dim", key_dim)
         self.query_dim, self.key_dim = query_dim, key_dim
 
     def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
@@ -41,19 +43,16 @@ class _RNNAttention(nn.Module):
         """Scores ``(B, L)`` of ``query (B, Dq)`` against the projected keys; each score class defines it."""
         raise NotImplementedError(f"{type(self).__name__} must define score()")
 
-    def _check(self, query, keys, mask, keys_proj) -> None:
+    def _check(self, query, keys, key_padding_mask, keys_proj) -> None:
         check_tensor("query", query, ndim=2)
         check_tensor("keys", keys, ndim=3)
         if query.shape[-1] != self.query_dim:
             raise ValueError(f"query has shape {shape_of(query)} but query_dim is {self.query_dim}; expected (B, {self.query_dim})")
         if keys.shape[-1] != self.key_dim:
             raise ValueError(f"keys has shape {shape_of(keys)} but key_dim is {self.key_dim}; expected (B, L, {self.key_dim})")
-        if query.shape[0] != keys.shape[0]:
-            raise ValueError(
-                f"query has shape {shape_of(query)} but keys has shape {shape_of(keys)}; the batch sizes must match"
-            )
-        if mask is not None:
-            check_bool_mask(mask, tuple(keys.shape[:2]), "(B, L)")  # True = a real key
+        check_same_batch("query", query, "keys", keys)
+        if key_padding_mask is not None:  # True = a real key
+            check_bool_mask(key_padding_mask, tuple(keys.shape[:2]), "(B, L)", name="key_padding_mask")
         if keys_proj is not None and tuple(keys_proj.shape[:2]) != tuple(keys.shape[:2]):
             raise ValueError(
                 f"keys_proj has shape {shape_of(keys_proj)} but keys has shape {shape_of(keys)}; "
@@ -64,24 +63,41 @@ class _RNNAttention(nn.Module):
         self,
         query: torch.Tensor,
         keys: torch.Tensor,
-        mask: torch.Tensor | None = None,
+        key_padding_mask: torch.Tensor | None = None,
         keys_proj: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        need_weights: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``query`` ``(B, Dq)`` over ``keys`` ``(B, L, Dk)``.
 
         Args:
-            mask: optional bool ``(B, L)``, True = real key.
+            key_padding_mask: optional bool ``(B, L)``, True = a real key.
             keys_proj: optional ``project_keys(keys)``, to skip recomputing it each step.
+            need_weights: False returns None in place of the weights.
 
         Returns:
             ``(context (B, Dk), weights (B, L))``; each row of weights sums to 1 (or is all 0).
         """
-        self._check(query, keys, mask, keys_proj)
+        self._check(query, keys, key_padding_mask, keys_proj)
         if keys_proj is None:
             keys_proj = self.project_keys(keys)
-        weights = masked_softmax(self.score(query, keys_proj), mask)  # (B, L)
+        weights = masked_softmax(self.score(query, keys_proj), key_padding_mask)  # (B, L)
         context = torch.bmm(weights.unsqueeze(1), keys).squeeze(1)  # (B, 1, L) @ (B, L, Dk) -> (B, Dk)
-        return context, weights
+        return context, weights if need_weights else None
+
+    def attend(self, query: torch.Tensor, keys: torch.Tensor, keys_proj: torch.Tensor,
+               key_padding_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`forward` without its checks, for a decoder's time loop: ``(context (B, Dk), weights (B, L))``.
+
+        The caller checks the shapes once per sequence and passes ``keys_proj``. Every row must
+        have at least one real key (an encoder refuses an empty source), so a plain softmax over
+        the scores with the padding at ``-inf`` is safe, and ``key_padding_mask`` may be None when
+        no key is padded: then no masking work is done at all.
+        """
+        scores = self.score(query, keys_proj)  # (B, L)
+        if key_padding_mask is not None:
+            scores = scores.masked_fill(~key_padding_mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)  # (B, L)
+        return torch.bmm(weights.unsqueeze(1), keys).squeeze(1), weights  # (B, Dk), (B, L)
 
 
 class AdditiveAttention(_RNNAttention):
@@ -93,8 +109,7 @@ class AdditiveAttention(_RNNAttention):
 
     def __init__(self, query_dim: int, key_dim: int, attn_dim: int):
         super().__init__(query_dim, key_dim)
-        if not isinstance(attn_dim, int) or attn_dim < 1:
-            raise ValueError(f"attn_dim must be a positive int, got {attn_dim!r}")
+        check_positive_int("attn_dim", attn_dim)
         self.W_s = nn.Linear(query_dim, attn_dim, bias=False)
         self.W_h = nn.Linear(key_dim, attn_dim)
         self.v = nn.Linear(attn_dim, 1, bias=False)
@@ -133,8 +148,7 @@ class LuongAttention(_RNNAttention):
             self.W = nn.Linear(key_dim, query_dim, bias=False)  # W h, so that sᵀ (W h) = sᵀ W h
         elif method == "concat":
             attn_dim = query_dim if attn_dim is None else attn_dim
-            if not isinstance(attn_dim, int) or attn_dim < 1:
-                raise ValueError(f"attn_dim must be a positive int, got {attn_dim!r}")
+            check_positive_int("attn_dim", attn_dim)
             self.W = nn.Linear(query_dim + key_dim, attn_dim, bias=False)
             self.v = nn.Linear(attn_dim, 1, bias=False)
 

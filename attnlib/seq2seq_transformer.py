@@ -1,23 +1,28 @@
 """A small encoder-decoder transformer: token embeddings, sinusoidal positions, an encoder stack and a stack of
-:class:`attnlib.TransformerDecoderBlock`.
+:class:`attnlib.TransformerDecoderBlock` (built in notebook 10, sections 1-4).
 
-``forward`` runs every target position at once (teacher forcing in one pass, made possible by the causal
-mask); :meth:`Seq2SeqTransformer.greedy_decode` generates one token at a time. It saves and loads itself
-like :class:`attnlib.TransformerTagger`.
+It speaks the protocol of the LSTM :class:`attnlib.Seq2Seq`: ``forward(src, tgt, src_key_padding_mask=None,
+return_attention=False)`` runs every target position at once (teacher forcing in one pass, made possible by
+the causal mask); ``encode`` and ``decode_step`` let :func:`attnlib.greedy_decode` and
+:func:`attnlib.beam_search` generate one token at a time; ``save`` and ``load`` write the same file format.
+
+``decode_step`` recomputes the whole prefix at every step: it keeps no cache of keys and values. A cache for
+the decoder is notebook 10's exercise.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from ._checks import check_tensor, shape_of
+from ._checks import check_bool_mask, check_same_batch, check_token_ids, shape_of
+from .data import shift_right
 from .decoder import TransformerDecoderBlock
 from .positional import SinusoidalPositionalEncoding
+from .seq2seq import Seq2SeqCheckpoint
 from .transformer import TransformerEncoder
 
 
@@ -39,12 +44,27 @@ class Seq2SeqTransformerConfig:
     eos_id: int = 2
 
 
-class Seq2SeqTransformer(nn.Module):
-    """Encoder-decoder transformer: ``src (B, Ls)`` and ``tgt_in (B, Lt)`` -> logits ``(B, Lt, tgt_vocab_size)``.
+class TransformerDecoderState(NamedTuple):
+    """What :meth:`Seq2SeqTransformer.decode_step` carries: the encoder's ``memory (B, Ls, d_model)``, the
+    ``src_key_padding_mask (B, Ls)`` (None when no source token is padding) and the decoder inputs so far,
+    ``prefix (B, t)``."""
 
-    ``tgt_in`` is the target shifted right: ``<bos>`` then the target without its last token
-    (:meth:`shift_right`), so position t predicts target token t from targets ``0..t-1``.
-    ``src_mask`` is ``(B, Ls)`` bool, True at real source tokens (None: no padding).
+    memory: torch.Tensor
+    src_key_padding_mask: torch.Tensor | None
+    prefix: torch.Tensor
+
+    def select(self, index: torch.Tensor) -> "TransformerDecoderState":
+        """The state of the batch rows ``index`` (beam search reorders its hypotheses with it)."""
+        mask = None if self.src_key_padding_mask is None else self.src_key_padding_mask.index_select(0, index)
+        return TransformerDecoderState(self.memory.index_select(0, index), mask, self.prefix.index_select(0, index))
+
+
+class Seq2SeqTransformer(Seq2SeqCheckpoint, nn.Module):
+    """Encoder-decoder transformer: ``src (B, Ls)`` and the target ``tgt (B, T)`` -> logits ``(B, T, tgt_vocab_size)``.
+
+    The decoder reads ``<bos>`` then the target without its last token (:meth:`shift_right`), so position
+    t predicts target token t from targets ``0..t-1``. ``src_key_padding_mask`` is ``(B, Ls)`` bool, True at
+    real source tokens; None means ``src != pad_id``.
     """
 
     def __init__(self, config: Seq2SeqTransformerConfig):
@@ -64,130 +84,84 @@ class Seq2SeqTransformer(nn.Module):
         self.final_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.head = nn.Linear(c.d_model, c.tgt_vocab_size)
 
-    def _ids(self, name: str, ids: torch.Tensor) -> None:
-        check_tensor(name, ids, ndim=2)
-        if ids.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"{name} must be integer ids of shape (B, L), got dtype {ids.dtype}")
+    @classmethod
+    def from_config(cls, config: dict) -> "Seq2SeqTransformer":
+        """A new model built from a configuration stored as a dict (random weights)."""
+        return cls(Seq2SeqTransformerConfig(**config))
+
+    bos_id = property(lambda self: self.config.bos_id)
+    eos_id = property(lambda self: self.config.eos_id)
+    pad_id = property(lambda self: self.config.pad_id)
+
+    def _check_ids(self, name: str, ids: torch.Tensor) -> None:
+        check_token_ids(name, ids)
         if ids.shape[1] > self.config.max_len:
             raise ValueError(f"{name} has shape {shape_of(ids)} but max_len is {self.config.max_len}")
 
-    def _src_mask(self, src: torch.Tensor, src_mask: torch.Tensor | None) -> torch.Tensor | None:
-        if src_mask is None:
-            return None
-        if src_mask.dtype != torch.bool or src_mask.shape != src.shape:
-            raise ValueError(f"src_mask must be bool with the shape of src {shape_of(src)} (True = real token), "
-                             f"got {src_mask.dtype} of shape {shape_of(src_mask)}")
-        return src_mask[:, None, None, :]  # (B, 1, 1, Ls)
-
     def shift_right(self, tgt: torch.Tensor) -> torch.Tensor:
-        """The decoder input for target ``tgt (B, Lt)``: ``<bos>`` then ``tgt[:, :-1]``."""
-        bos = tgt.new_full((tgt.shape[0], 1), self.config.bos_id)
-        return torch.cat([bos, tgt[:, :-1]], dim=1)  # (B, Lt)
+        """The decoder input for target ``tgt (B, T)``: ``<bos>`` then ``tgt[:, :-1]``."""
+        return shift_right(tgt, self.config.bos_id)
 
-    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None, return_attention: bool = False):
-        """``src (B, Ls)`` -> memory ``(B, Ls, d_model)`` (or ``(memory, [self weights per layer])``)."""
-        self._ids("src", src)
+    def encode(self, src: torch.Tensor, src_key_padding_mask: torch.Tensor | None = None) -> TransformerDecoderState:
+        """Run the encoder on ``src (B, Ls)``: the state that :meth:`decode_step` starts from (an empty prefix)."""
+        self._check_ids("src", src)
+        if src_key_padding_mask is None:
+            real = src != self.config.pad_id
+        else:
+            check_bool_mask(src_key_padding_mask, shape_of(src), "src's shape (B, Ls)", name="src_key_padding_mask")
+            real = src_key_padding_mask.expand(src.shape)
+        pad = None if bool(real.all()) else real
         x = self.pos(self.src_embed(src) * math.sqrt(self.config.d_model))  # (B, Ls, d_model)
-        return self.encoder(x, self._src_mask(src, src_mask), return_attention=return_attention)
+        memory = self.encoder(x, key_padding_mask=pad)  # (B, Ls, d_model)
+        return TransformerDecoderState(memory, pad, src.new_empty(src.shape[0], 0))
 
-    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor | None = None,
+    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_key_padding_mask: torch.Tensor | None = None,
                return_attention: bool = False):
-        """Logits ``(B, Lt, V)`` for every position of ``tgt_in (B, Lt)`` at once, under the causal mask.
+        """Logits ``(B, Lt, V)`` for every position of the decoder input ``tgt_in (B, Lt)`` at once, under the causal mask.
 
         With ``return_attention``: ``(logits, [self weights (B, h, Lt, Lt)], [cross weights (B, h, Lt, Ls)])``,
         one entry per decoder layer.
         """
-        self._ids("tgt_in", tgt_in)
-        if src_mask is not None and src_mask.shape != memory.shape[:2]:
-            raise ValueError(f"src_mask has shape {shape_of(src_mask)} but memory has shape {shape_of(memory)}; "
-                             "it must be (B, Ls)")
+        self._check_ids("tgt_in", tgt_in)
+        check_same_batch("tgt_in", tgt_in, "memory", memory)
+        if src_key_padding_mask is not None:
+            check_bool_mask(src_key_padding_mask, shape_of(memory)[:2], "memory's (B, Ls)", name="src_key_padding_mask")
         x = self.pos(self.tgt_embed(tgt_in) * math.sqrt(self.config.d_model))  # (B, Lt, d_model)
         self_maps, cross_maps = [], []
         for block in self.decoder:
+            out = block(x, memory, memory_key_padding_mask=src_key_padding_mask, return_attention=return_attention,
+                        causal=True)
             if return_attention:
-                x, s, c = block(x, memory, memory_key_padding_mask=src_mask, return_attention=True, causal=True)
+                x, s, c = out
                 self_maps.append(s)
                 cross_maps.append(c)
             else:
-                x = block(x, memory, memory_key_padding_mask=src_mask, causal=True)
+                x = out
         logits = self.head(self.final_norm(x))  # (B, Lt, V)
         return (logits, self_maps, cross_maps) if return_attention else logits
 
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Teacher forcing in one pass: logits ``(B, Lt, V)`` for every position of ``tgt_in``."""
-        if src.shape[0] != tgt_in.shape[0]:
-            raise ValueError(f"src has shape {shape_of(src)} but tgt_in has shape {shape_of(tgt_in)}; "
-                             "the batch sizes must match")
-        return self.decode(tgt_in, self.encode(src, src_mask), src_mask)
+    def decode_step(self, tokens: torch.Tensor, state: TransformerDecoderState, need_weights: bool = True):
+        """Append ``tokens (B,)`` to the prefix and decode it again, whole (no cache).
 
-    @torch.no_grad()
-    def greedy_decode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None, max_len: int = 20):
-        """Generate one token at a time, feeding each prediction back in, until every sequence has ``<eos>``.
-
-        Returns ``(ids (B, T), [cross weights per decoder layer, each (B, h, T, Ls)])`` with
-        ``T <= max_len``; row t of a map is the attention used to predict token t; ids after a
-        sequence's ``<eos>`` are ``pad_id``. Runs in eval mode and restores the previous mode.
+        Returns ``(logits (B, V) for the next token, new state, [cross weights (B, h, Ls) per decoder layer])``;
+        with ``need_weights=False`` the weights are None and attention takes PyTorch's fused path.
         """
-        was_training = self.training
-        self.eval()
-        try:
-            memory = self.encode(src, src_mask)
-            B, c = src.shape[0], self.config
-            tgt_in = torch.full((B, 1), c.bos_id, dtype=torch.long, device=src.device)
-            done = torch.zeros(B, dtype=torch.bool, device=src.device)
-            out = []
-            for _ in range(max_len):
-                logits = self.decode(tgt_in, memory, src_mask)  # (B, t, V): recomputes the prefix (no cache)
-                nxt = logits[:, -1].argmax(-1)  # (B,)
-                out.append(nxt.masked_fill(done, c.pad_id))
-                done = done | (nxt == c.eos_id)
-                tgt_in = torch.cat([tgt_in, nxt[:, None]], dim=1)
-                if bool(done.all()):
-                    break
-            ids = torch.stack(out, 1)  # (B, T)
-            _, _, cross = self.decode(tgt_in[:, :-1], memory, src_mask, return_attention=True)
-        finally:
-            self.train(was_training)
-        return ids, cross
+        prefix = torch.cat([state.prefix, tokens[:, None]], dim=1)  # (B, t + 1)
+        if prefix.shape[1] > self.config.max_len:
+            raise ValueError(f"this model decodes at most max_len={self.config.max_len} tokens (its positions); "
+                             f"pass max_len <= {self.config.max_len} to the decoding function")
+        if not need_weights:
+            logits = self.decode(prefix, state.memory, state.src_key_padding_mask)  # (B, t + 1, V)
+            return logits[:, -1], state._replace(prefix=prefix), None
+        logits, _, cross = self.decode(prefix, state.memory, state.src_key_padding_mask, return_attention=True)
+        return logits[:, -1], state._replace(prefix=prefix), [w[:, :, -1] for w in cross]
 
-    def save(self, path: str | Path, **extra) -> None:
-        """Save config, weights and any extra JSON-able metadata (vocabularies as lists, accuracy) to one file."""
-        state = {k: v.detach().cpu() for k, v in self.state_dict().items()}
-        torch.save({"config": asdict(self.config), "state_dict": state, "extra": extra}, path)
-
-    @classmethod
-    def load(cls, path: str | Path, map_location: str | torch.device = "cpu") -> tuple["Seq2SeqTransformer", dict]:
-        """Load a model saved with :meth:`save`; returns ``(model in eval mode, extra)``."""
-        blob = torch.load(path, map_location=map_location, weights_only=True)
-        model = cls(Seq2SeqTransformerConfig(**blob["config"]))
-        model.load_state_dict(blob["state_dict"])
-        return model.eval(), blob.get("extra", {})
-
-
-def sequence_loss(logits: torch.Tensor, tgt: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
-    """Mean cross-entropy of ``logits (B, T, V)`` against ``tgt (B, T)``, padding ignored."""
-    if logits.shape[:2] != tgt.shape:
-        raise ValueError(f"logits has shape {shape_of(logits)} but tgt has shape {shape_of(tgt)}; (B, T) must match")
-    return F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), ignore_index=pad_id)
-
-
-@torch.no_grad()
-def evaluate_transformer(model: Seq2SeqTransformer, data, batch_size: int = 512) -> dict[str, float]:
-    """Greedy-decoding token and exact-match accuracy of ``model`` on a :class:`attnlib.Seq2SeqData`.
-
-    Scored exactly as :func:`attnlib.evaluate_seq2seq` scores the LSTM models: every target
-    position up to and including ``<eos>``; a missing or extra token counts as wrong.
-    Returns ``{"token_acc": ..., "seq_acc": ...}``.
-    """
-    from .data import batches
-    from .training import sequence_accuracy, token_accuracy
-
-    device = next(model.parameters()).device
-    pad = data.tgt_vocab.pad_id
-    T = data.tgt.shape[1]
-    preds = []
-    for b in batches(data, batch_size, shuffle=False, device=device):
-        ids, _ = model.greedy_decode(b.src, b.src_mask, max_len=T)
-        preds.append(F.pad(ids, (0, T - ids.shape[1]), value=pad).cpu())  # (B, T)
-    pred = torch.cat(preds)
-    return {"token_acc": token_accuracy(pred, data.tgt, pad), "seq_acc": sequence_accuracy(pred, data.tgt, pad)}
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_key_padding_mask: torch.Tensor | None = None,
+                return_attention: bool = False):
+        """Teacher forcing in one pass: logits ``(B, T, V)`` for every target position, or
+        ``(logits, [cross weights (B, h, T, Ls) per decoder layer])`` with ``return_attention``."""
+        check_token_ids("tgt", tgt)
+        check_same_batch("src", src, "tgt", tgt)
+        state = self.encode(src, src_key_padding_mask)
+        out = self.decode(self.shift_right(tgt), state.memory, state.src_key_padding_mask, return_attention)
+        return (out[0], out[2]) if return_attention else out

@@ -8,9 +8,8 @@ import torch
 from hypothesis import given, settings
 from torch import nn
 
-from attnlib import causal_mask, make_dates
+from attnlib import causal_mask
 from attnlib.decoder import TransformerDecoderBlock
-from attnlib.seq2seq_transformer import Seq2SeqTransformer, Seq2SeqTransformerConfig, evaluate_transformer, sequence_loss
 
 ATOL = 1e-5
 D, H, FF = 32, 4, 64
@@ -187,105 +186,3 @@ def test_bad_inputs_raise_value_errors_naming_the_shapes(x_shape, m_shape, mask,
     block = TransformerDecoderBlock(D, H, FF)
     with pytest.raises(ValueError, match=message):
         block(torch.randn(*x_shape), torch.randn(*m_shape), mask, memory_key_padding_mask)
-
-
-# ------------------------------------------------------------------ the encoder-decoder model
-
-def small_model(seed=0, **kw):
-    torch.manual_seed(seed)
-    config = Seq2SeqTransformerConfig(src_vocab_size=20, tgt_vocab_size=9, d_model=16, num_heads=2, d_ff=32,
-                                      max_len=16, **kw)
-    return Seq2SeqTransformer(config).eval()
-
-
-@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
-def test_one_pass_logits_equal_step_by_step_logits(norm_first):
-    """Teacher forcing in one pass: position t of the full pass equals a pass over the prefix 0..t alone."""
-    model = small_model(norm_first=norm_first)
-    g = torch.Generator().manual_seed(0)
-    src, tgt = torch.randint(3, 20, (3, 8), generator=g), torch.randint(3, 9, (3, 6), generator=g)
-    keep = padding([8, 5, 3], 8)
-    with torch.no_grad():
-        memory = model.encode(src, keep)
-        full = model(src, model.shift_right(tgt), keep)  # (3, 6, 9)
-        tgt_in = model.shift_right(tgt)
-        for t in range(6):
-            step = model.decode(tgt_in[:, : t + 1], memory, keep)[:, -1]
-            torch.testing.assert_close(full[:, t], step, atol=ATOL, rtol=0)
-
-
-def test_padding_the_source_changes_nothing():
-    model = small_model()
-    src = torch.tensor([[5, 6, 7, 2]])
-    padded = torch.tensor([[5, 6, 7, 2, 0, 0, 0]])
-    ids, cross = model.greedy_decode(src, max_len=5)
-    ids_p, cross_p = model.greedy_decode(padded, padded != 0, max_len=5)
-    assert torch.equal(ids, ids_p)
-    for a, b in zip(cross, cross_p):
-        torch.testing.assert_close(a, b[..., :4], atol=1e-6, rtol=0)
-        assert (b[..., 4:] == 0).all()
-
-
-def test_greedy_decode_matches_argmax_of_one_pass_on_its_own_output():
-    model = small_model(seed=3)
-    src = torch.randint(3, 20, (4, 6), generator=torch.Generator().manual_seed(1))
-    ids, cross = model.greedy_decode(src, max_len=7)
-    assert ids.shape[0] == 4 and ids.shape[1] <= 7 and len(cross) == 2
-    assert cross[0].shape == (4, 2, ids.shape[1], 6)
-    with torch.no_grad():
-        logits = model(src, model.shift_right(ids))
-    done = (ids == 2).cumsum(1) - (ids == 2).long() > 0  # positions after each sequence's <eos>
-    assert torch.equal(logits.argmax(-1)[~done], ids[~done])
-    assert (ids[done] == 0).all()
-
-
-def test_greedy_decode_restores_training_mode():
-    model = small_model(dropout=0.1).train()
-    model.greedy_decode(torch.tensor([[4, 5, 2]]), max_len=3)
-    assert model.training
-
-
-def test_model_bad_inputs():
-    model = small_model()
-    with pytest.raises(ValueError, match=r"src has shape \(2, 4\) but tgt_in has shape \(3, 4\)"):
-        model(torch.ones(2, 4, dtype=torch.long), torch.ones(3, 4, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"tgt_in has shape \(1, 17\) but max_len is 16"):
-        model(torch.ones(1, 4, dtype=torch.long), torch.ones(1, 17, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"src must be integer ids of shape \(B, L\), got dtype torch.float32"):
-        model.encode(torch.ones(1, 4))
-    with pytest.raises(ValueError, match=r"src_mask must be bool with the shape of src \(1, 4\)"):
-        model.encode(torch.ones(1, 4, dtype=torch.long), torch.ones(1, 5, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"logits has shape \(2, 3, 9\) but tgt has shape \(2, 4\)"):
-        sequence_loss(torch.zeros(2, 3, 9), torch.zeros(2, 4, dtype=torch.long))
-
-
-def test_save_and_load_give_the_same_model(tmp_path):
-    model = small_model(seed=4, norm_first=True)
-    path = tmp_path / "m.pt"
-    model.save(path, note="hello", accuracy=0.5)
-    loaded, extra = Seq2SeqTransformer.load(path)
-    assert extra == {"note": "hello", "accuracy": 0.5} and not loaded.training
-    src = torch.randint(3, 20, (2, 5), generator=torch.Generator().manual_seed(2))
-    assert torch.equal(model.greedy_decode(src, max_len=6)[0], loaded.greedy_decode(src, max_len=6)[0])
-    torch.load(path, weights_only=True)  # plain types only
-
-
-def test_a_few_training_steps_learn_dates():
-    """A short run on the date task must lower the loss a lot and score above chance: the loop is wired right."""
-    data = make_dates(512, seed=0)
-    torch.manual_seed(0)
-    model = Seq2SeqTransformer(Seq2SeqTransformerConfig(len(data.src_vocab), len(data.tgt_vocab), d_model=32,
-                                                        num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
-                                                        d_ff=64))
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    mask = data.src_mask
-    losses = []
-    for step in range(60):
-        loss = sequence_loss(model(data.src, model.shift_right(data.tgt), mask), data.tgt)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    assert losses[-1] < 0.5 * losses[0]
-    scores = evaluate_transformer(model.eval(), data)
-    assert scores["token_acc"] > 0.3  # chance over the 11 digits/hyphen is about 0.1

@@ -6,7 +6,7 @@ import torch
 
 from attnlib import Decoder, Encoder, Seq2Seq, make_reversal, seed_everything
 from attnlib.exercises import check
-from attnlib.training import evaluate_seq2seq, train_seq2seq
+from attnlib.training import evaluate, train_seq2seq
 
 
 def right_seq_acc(pred, target, pad_id):
@@ -63,7 +63,7 @@ def small_model():
 
 def teacher_forced(model, data, shift=False):
     with torch.no_grad():
-        logits, _ = model(data.src, data.src_mask, data.tgt, teacher_forcing=1.0)
+        logits = model(data.src, data.tgt, data.src_key_padding_mask)
     pred = logits.argmax(-1)
     if shift:
         return (pred[:, :-1] == data.tgt[:, 1:]).float().mean().item()
@@ -73,7 +73,7 @@ def teacher_forced(model, data, shift=False):
 
 def test_14_rejects_free_running_and_off_by_one(small_model):
     model, data = small_model
-    free = evaluate_seq2seq(model, data)["token_acc"]
+    free = evaluate(model, data)["token_acc"]
     shifted = teacher_forced(model, data, shift=True)
     assert abs(free - teacher_forced(model, data)) > 1e-3 and abs(shifted - teacher_forced(model, data)) > 1e-3
     for wrong, says in ((free, "free-running"), (shifted, "off by one"), ("0.9", "not the teacher-forced"),
@@ -89,7 +89,7 @@ def test_14_accepts(small_model):
 
 def test_12_beam_rejects_token_accuracy_and_missing_sizes(small_model):
     model, data = small_model
-    scores = {k: evaluate_seq2seq(model, data, beam_size=k) for k in (1, 3, 10)}
+    scores = {k: evaluate(model, data, beam_size=k) for k in (1, 3, 10)}
     right = {k: v["seq_acc"] for k, v in scores.items()}
     tokens = {k: v["token_acc"] for k, v in scores.items()}
     assert all(abs(right[k] - tokens[k]) > 1e-3 for k in right)
@@ -102,5 +102,5 @@ def test_12_beam_rejects_token_accuracy_and_missing_sizes(small_model):
 
 def test_12_beam_accepts(small_model):
     model, data = small_model
-    right = {k: evaluate_seq2seq(model, data, beam_size=k)["seq_acc"] for k in (1, 3, 10)}
+    right = {k: evaluate(model, data, beam_size=k)["seq_acc"] for k in (1, 3, 10)}
     assert check("1.2", right, quiet=True, model=model, data=data)

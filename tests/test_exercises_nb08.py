@@ -162,7 +162,7 @@ def test_8_3_rejects_typical_mistakes(probe_maps):
 def dates():
     dater, info = attnlib.load_seq2seq(model_path("date_attention.pt"))
     src_vocab = info["src_vocab"]
-    ids, w = attnlib.greedy_decode(dater, torch.tensor([src_vocab.encode("27.11.31")]))
+    ids, w = attnlib.greedy_decode(dater, torch.tensor([src_vocab.encode("27.11.31")]), return_attention=True)
     return dict(dater=dater, src_vocab=src_vocab, text="27.11.31"), w[0]
 
 

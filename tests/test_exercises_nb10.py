@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnlib import greedy_decode
 from attnlib.seq2seq_transformer import Seq2SeqTransformer, Seq2SeqTransformerConfig
 from attnlib.exercises import check
 
@@ -58,7 +59,7 @@ NEXT = {1: 5, 5: 3, 3: 7, 7: 2, 2: 2}  # <bos> -> 5 -> 3 -> 7 -> <eos>: greedy d
 class RuleModel(Seq2SeqTransformer):
     """A Seq2SeqTransformer whose decoder follows NEXT exactly, so greedy decoding is known in advance."""
 
-    def decode(self, tgt_in, memory, src_mask=None, return_attention=False):
+    def decode(self, tgt_in, memory, src_key_padding_mask=None, return_attention=False):
         logits = torch.full((*tgt_in.shape, 8), -5.0)
         for b in range(tgt_in.shape[0]):
             for t, tok in enumerate(tgt_in[b].tolist()):
@@ -71,14 +72,14 @@ def model_and_src():
     torch.manual_seed(0)
     model = RuleModel(Seq2SeqTransformerConfig(12, 8, d_model=8, num_heads=2, d_ff=16)).eval()
     src = torch.tensor([[5, 9, 3, 7, 11, 2]])
-    assert model.greedy_decode(src, max_len=6)[0][0].tolist()[:4] == [5, 3, 7, 2]
+    assert greedy_decode(model, src, max_len=6)[0].tolist()[:4] == [5, 3, 7, 2]
     return model, src, [5, 3, 7, 2]
 
 
 def test_10_3_rejects_typical_mistakes(model_and_src):
     model, src, right = model_and_src
     with torch.no_grad():
-        memory = model.encode(src)
+        memory = model.encode(src).memory
         first = model.decode(torch.tensor([[1]]), memory)[0, -1].argmax().item()
     cases = [
         ([1] + right, "start with <bos>"),

@@ -11,7 +11,8 @@ CORE = [  # the attention names every part of the series teaches; each must stay
     "TransformerEncoder", "TransformerDecoderBlock", "GPT", "GPTConfig", "causal_mask", "padding_mask",
     "sliding_window_mask", "scaled_dot_product_attention", "masked_softmax", "sinusoidal_encoding",
     "SinusoidalPositionalEncoding", "LearnedPositionalEncoding", "seed_everything", "get_device", "progress_bar",
-    "eval_mode", "check",
+    "eval_mode", "check", "evaluate", "greedy_decode", "beam_search", "train_seq2seq", "train_steps",
+    "spread", "verdict", "make_sort_batch", "previous_digit_batch",
 ]
 NAMES = sorted(attnlib.__all__)
 

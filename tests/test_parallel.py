@@ -3,9 +3,8 @@ not safe, and a failing or dying child is reported in the caller."""
 import pytest
 import torch
 
-from attnlib import (AdditiveAttention, AttentionDecoder, Encoder, Seq2Seq, evaluate_seq2seq, make_reversal,
-                     seed_everything, train_seq2seq)
-
+from attnlib import (AdditiveAttention, AttentionDecoder, Encoder, Seq2Seq, evaluate, make_reversal, seed_everything,
+                     train_seq2seq)
 
 
 def _train_one(seed: int) -> dict:
@@ -15,7 +14,7 @@ def _train_one(seed: int) -> dict:
     model = Seq2Seq(Encoder(13, 8, 16), AttentionDecoder(13, 8, 16, 16, AdditiveAttention(16, 16, 16)))
     train_seq2seq(model, data, epochs=2, lr=1e-2, batch_size=32, teacher_forcing=(1.0, 0.5, 0.5), seed=seed,
                   progress=False)
-    return {"state": model.state_dict(), "acc": evaluate_seq2seq(model, data)}
+    return {"state": model.state_dict(), "acc": evaluate(model, data)}
 
 
 def test_parallel_map_forks_and_gives_exactly_the_loops_results(monkeypatch):
@@ -27,7 +26,10 @@ def test_parallel_map_forks_and_gives_exactly_the_loops_results(monkeypatch):
     torch.set_num_threads(1)
     try:
         assert fork_is_safe()  # Linux, one thread, no CUDA: the forked path is the one tested here
-        pids = parallel_map(lambda _: os.getpid(), range(4), progress=False)  # a lambda: fn is never pickled
+        import time
+
+        # a lambda (fn is never pickled) that takes long enough for the second worker to start and take a task
+        pids = parallel_map(lambda _: (time.sleep(0.5), os.getpid())[1], range(4), progress=False)
         assert os.getpid() not in pids and len(set(pids)) == 2  # two worker processes did the work
         forked = parallel_map(_train_one, [0, 1, 2], progress=False)
         looped = parallel_map(_train_one, [0, 1, 2], workers=1, progress=False)

@@ -1,4 +1,4 @@
-"""Tests of attnlib/plotting.py: what is drawn (labels, colour range, lines) and the errors."""
+"""Tests of attnlib/viz/plotting.py: what is drawn (labels, colour range, lines) and the errors."""
 import matplotlib
 
 matplotlib.use("Agg")
@@ -151,3 +151,29 @@ def test_curves_accept_attnlib_history():
     ax = plot_curves(runs["a"])  # one History: every metric except the x axis
     assert [line.get_label() for line in ax.lines] == ["loss", "token_acc"]
     assert list(ax.lines[0].get_xdata()) == [1, 2, 3]
+
+
+def test_plot_history_draws_a_history_through_plot_curves(monkeypatch):
+    """One plotting code path: plot_history must not keep a copy of plot_curves."""
+    import attnlib.viz.plotting as plotting
+    from attnlib import History, plot_history
+
+    h = History()
+    h.log(epoch=1, loss=2.0, token_acc=0.5)
+    h.log(epoch=2, loss=1.0, token_acc=0.75)
+    fig = plot_history(h)
+    assert len(fig.axes) == 2 and len(fig.axes[0].lines) == 1
+    assert [a.get_title() for a in fig.axes] == ["loss", "accuracy"]
+    ax = plot_history(h, keys=["token_acc"])
+    assert list(ax.lines[0].get_ydata()) == [0.5, 0.75] and list(ax.lines[0].get_xdata()) == [1.0, 2.0]
+    calls = []
+    real = plotting.plot_curves
+    monkeypatch.setattr(plotting, "plot_curves", lambda *a, **k: calls.append(k.get("keys")) or real(*a, **k))
+    h.log(epoch=3, loss=0.5, token_acc=0.8)
+    plot_history(h)
+    plot_history(h, ["loss"])
+    assert calls == [["loss"], ["token_acc"], ["loss"]]
+    only_lr = History()
+    only_lr.log(epoch=1, lr=0.1)
+    with pytest.raises(ValueError, match="no metric named like a loss or an accuracy"):
+        plot_history(only_lr)

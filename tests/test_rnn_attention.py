@@ -1,6 +1,9 @@
-"""Tests of attnlib/rnn_attention.py: Bahdanau and Luong scores, masks, errors, gradients."""
+"""Tests of attnlib/rnn_attention.py: Bahdanau and Luong scores, key padding masks, the unchecked attend, errors,
+gradients."""
+import hypothesis.strategies as st
 import pytest
 import torch
+from hypothesis import given, settings
 
 from attnlib import AdditiveAttention, LuongAttention
 
@@ -42,10 +45,10 @@ def test_scores_match_formulas():
 
 
 @pytest.mark.parametrize("att", modules(), ids=["additive", "dot", "general", "concat"])
-def test_masks(att):
+def test_key_padding_masks(att):
     q, k = rand(3, 6, seed=1), rand(3, 5, 6, seed=2)
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 0, 1, 0, 1], [0, 0, 0, 0, 0]], dtype=torch.bool)
-    ctx, w = att(q, k, mask)
+    ctx, w = att(q, k, key_padding_mask=mask)
     assert (w[~mask] == 0).all()
     torch.testing.assert_close(w[:2].sum(-1), torch.ones(2))
     assert (w[2] == 0).all() and (ctx[2] == 0).all() and not torch.isnan(ctx).any()
@@ -74,16 +77,22 @@ def test_errors():
         dot(rand(3, 1, 6), k)
     with pytest.raises(ValueError, match=r"keys must be 3-D"):
         dot(q, rand(4, 6))
-    with pytest.raises(ValueError, match=r"mask has shape \(3, 5\) but it must be \(B, L\) = \(3, 4\)"):
+    with pytest.raises(ValueError, match=r"key_padding_mask has shape \(3, 5\) but it must be \(B, L\) = \(3, 4\)"):
         cat(q, k, torch.ones(3, 5, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"mask has shape \(4,\) but it must be \(B, L\) = \(3, 4\) \(2-D"):
+    with pytest.raises(ValueError, match=r"key_padding_mask has shape \(4,\) but it must be \(B, L\) = \(3, 4\) \(2-D"):
         cat(q, k, torch.ones(4, dtype=torch.bool))  # used to broadcast over the batch silently
-    with pytest.raises(ValueError, match=r"dtype torch.bool"):
+    with pytest.raises(ValueError, match=r"key_padding_mask must have dtype torch.bool"):
         cat(q, k, torch.ones(3, 4))
+    with pytest.raises(ValueError, match=r"query has shape \(2, 6\) but keys has shape \(3, 4, 6\); the batch sizes"):
+        add(rand(2, 6), k)
     with pytest.raises(ValueError, match=r"keys_proj has shape"):
         add(q, k, keys_proj=rand(3, 2, 5))
-    with pytest.raises(ValueError, match="attn_dim"):
+    with pytest.raises(ValueError, match="attn_dim must be a positive int, got 0"):
         AdditiveAttention(6, 6, 0)
+    with pytest.raises(ValueError, match="attn_dim must be a positive int, got 2.5"):
+        LuongAttention(6, 6, "concat", attn_dim=2.5)
+    with pytest.raises(ValueError, match="query_dim must be a positive int, got True"):
+        LuongAttention(True, 6, "general")
 
 
 def test_parameter_counts():
@@ -101,3 +110,30 @@ def test_gradcheck_float64(idx):
     k = rand(2, 3, 4, seed=2, dtype=torch.float64).requires_grad_()
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.bool)
     assert torch.autograd.gradcheck(lambda q, k: att(q, k, mask), (q, k))
+
+
+@pytest.mark.parametrize("idx", range(4), ids=["additive", "dot", "general", "concat"])
+def test_need_weights_false_returns_the_same_context_and_no_weights(idx):
+    att = modules()[idx]
+    q, k = rand(3, 6, seed=1), rand(3, 4, 6, seed=2)
+    ctx, w = att(q, k, need_weights=False)
+    assert w is None
+    torch.testing.assert_close(ctx, att(q, k)[0], atol=0, rtol=0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(B=st.integers(1, 4), L=st.integers(1, 7), idx=st.integers(0, 3), seed=st.integers(0, 10**6), data=st.data())
+def test_hypothesis_attend_equals_forward_for_every_mask_with_a_real_key(B, L, idx, seed, data):
+    """The decoders' unchecked path gives forward's context and weights, padding or not."""
+    att = modules()[idx]
+    q, k = rand(B, 6, seed=seed), rand(B, L, 6, seed=seed + 1)
+    lengths = torch.tensor(data.draw(st.lists(st.integers(1, L), min_size=B, max_size=B)))
+    mask = torch.arange(L)[None, :] < lengths[:, None]  # (B, L): at least one real key per row
+    for m in (mask, None):
+        want = att(q, k, key_padding_mask=m)
+        got = att.attend(q, k, att.project_keys(k), m)
+        torch.testing.assert_close(got[0], want[0], atol=1e-6, rtol=0)
+        torch.testing.assert_close(got[1], want[1], atol=1e-6, rtol=0)
+        if m is not None:
+            assert (got[1][~m] == 0).all()
+

@@ -63,25 +63,6 @@ def sorter() -> tuple[TransformerTagger, dict]:
     return TransformerTagger.load(saved_file(SORT_FILE))
 
 
-def sort_batch(n: int, seed: int, min_len: int, max_len: int, pad_id: int):
-    """``n`` inputs of the notebook's distribution: ``min_len..max_len`` digits drawn uniformly from
-    a random palette of 1-10 different digits, right-padded with ``pad_id``.
-
-    Returns ``tokens (n, max_len)``, ``targets (n, max_len)`` (the sorted digits; meaningless
-    at pads) and ``real (n, max_len)`` (True = real token).
-    """
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(min_len, max_len + 1, (n,), generator=g)
-    palette_size = torch.randint(1, 11, (n,), generator=g)
-    palettes = torch.rand(n, 10, generator=g).argsort(dim=1)  # a random order of 0-9 per input
-    picks = (torch.rand(n, max_len, generator=g) * palette_size[:, None]).long()
-    digits = palettes.gather(1, picks)
-    real = attnlib.padding_mask(lengths, max_len)
-    tokens = digits.masked_fill(~real, pad_id)
-    targets = digits.masked_fill(~real, 10).sort(dim=1).values  # 10 sorts after every digit
-    return tokens, targets, real
-
-
 def test_sort_transformer_metadata(sorter):
     model, extra = sorter
     vocab, task = extra["vocab"], extra["task"]
@@ -89,7 +70,7 @@ def test_sort_transformer_metadata(sorter):
     assert vocab["tokens"][vocab["pad_id"]] == "<pad>"
     assert model.config.vocab_size == len(vocab["tokens"]) and model.config.num_outputs == 10
     assert 1 <= task["min_len"] <= task["max_len"] <= model.config.max_len
-    assert "palette" in task["inputs"]  # the distribution that sort_batch below reproduces
+    assert "palette" in task["inputs"]  # the distribution that attnlib.make_sort_batch draws
     assert 0.98 <= extra["test_seq_acc"] <= extra["test_token_acc"] <= 1.0
     assert not model.training
 
@@ -97,7 +78,8 @@ def test_sort_transformer_metadata(sorter):
 def test_sort_transformer_accuracy_on_fresh_data(sorter):
     model, extra = sorter
     task = extra["task"]
-    tokens, targets, real = sort_batch(SORT_SIZE, SORT_SEED, task["min_len"], task["max_len"], extra["vocab"]["pad_id"])
+    tokens, targets, real = attnlib.make_sort_batch(SORT_SIZE, SORT_SEED, task["min_len"], task["max_len"],
+                                                    pad_id=extra["vocab"]["pad_id"])  # notebook 07's inputs
     with torch.no_grad():
         pred = model(tokens, real[:, None, None, :]).argmax(-1)
     hit = pred == targets
@@ -121,7 +103,7 @@ def test_sort_transformer_padding_does_not_change_real_outputs(sorter):
 
 # --------------------------------------------------------------------------------------------
 # data/date_attention.pt: the date normaliser of notebooks/02_bahdanau_attention.ipynb
-# (an LSTM Seq2Seq with a bidirectional encoder and Bahdanau attention; saved with save_seq2seq)
+# (an LSTM Seq2Seq with a bidirectional encoder and Bahdanau attention; saved with Seq2Seq.save / save_seq2seq)
 # --------------------------------------------------------------------------------------------
 
 DATE_FILE = "date_attention.pt"
@@ -155,7 +137,7 @@ def test_date_attention_metadata(dater):
 def test_date_attention_accuracy_on_fresh_dates(dater):
     model, extra = dater
     data = attnlib.make_dates(DATE_SIZE, seed=DATE_SEED)
-    scores = attnlib.evaluate_seq2seq(model, data)
+    scores = attnlib.evaluate(model, data)
     assert scores["seq_acc"] >= DATE_SEQ_FLOOR, f"exact match {scores['seq_acc']:.4f} on fresh dates (stored: {extra['test_seq_acc']})"
     assert scores["token_acc"] >= DATE_TOKEN_FLOOR, f"character accuracy {scores['token_acc']:.4f} (stored: {extra['test_token_acc']})"
 
@@ -164,7 +146,7 @@ def test_date_attention_reads_the_month_word(dater):
     model, extra = dater
     vocab = extra["src_vocab"]
     text = "friday, july 4 1980"
-    ids, weights = attnlib.greedy_decode(model, torch.tensor([vocab.encode(text)]), max_len=11)
+    ids, weights = attnlib.greedy_decode(model, torch.tensor([vocab.encode(text)]), max_len=11, return_attention=True)
     assert "".join(extra["tgt_vocab"].decode(ids[0])) == "1980-07-04"
     month = range(text.index("july"), text.index("july") + 4)
     assert int(weights[0, 6].argmax()) in month  # the second month digit looks at the word "july"
@@ -172,7 +154,7 @@ def test_date_attention_reads_the_month_word(dater):
 
 # --------------------------------------------------------------------------------------------
 # data/date_transformer.pt: the encoder-decoder transformer of notebooks/10_encoder_decoder.ipynb
-# (a Seq2SeqTransformer trained on notebook 02's dates; saved with Seq2SeqTransformer.save)
+# (a Seq2SeqTransformer trained on notebook 02's dates; saved with Seq2SeqTransformer.save, the same format)
 # --------------------------------------------------------------------------------------------
 
 DATE_TF_FILE = "date_transformer.pt"
@@ -194,7 +176,7 @@ def date_transformer():
 def test_date_transformer_metadata(date_transformer):
     model, extra = date_transformer
     fresh = attnlib.make_dates(5, seed=DATE_SEED)
-    assert extra["src_vocab"] == fresh.src_vocab.itos and extra["tgt_vocab"] == fresh.tgt_vocab.itos
+    assert extra["src_vocab"].itos == fresh.src_vocab.itos and extra["tgt_vocab"].itos == fresh.tgt_vocab.itos
     assert extra["task"]["maker"] == "make_dates" and extra["task"]["target"] == "YYYY-MM-DD"
     assert DATE_SEED not in (extra["task"]["train"]["seed"], extra["task"]["test"]["seed"])
     assert 0.80 <= extra["test_seq_acc"] <= extra["test_token_acc"] <= 1.0
@@ -203,9 +185,7 @@ def test_date_transformer_metadata(date_transformer):
 
 
 def test_date_transformer_accuracy_on_fresh_dates(date_transformer):
-    from attnlib.seq2seq_transformer import evaluate_transformer
-
     model, extra = date_transformer
-    scores = evaluate_transformer(model, attnlib.make_dates(DATE_SIZE, seed=DATE_SEED))
+    scores = attnlib.evaluate(model, attnlib.make_dates(DATE_SIZE, seed=DATE_SEED))
     assert scores["seq_acc"] >= DATE_TF_SEQ_FLOOR, f"exact match {scores['seq_acc']:.4f} on fresh dates (stored: {extra['test_seq_acc']})"
     assert scores["token_acc"] >= DATE_TF_TOKEN_FLOOR, f"character accuracy {scores['token_acc']:.4f} (stored: {extra['test_token_acc']})"

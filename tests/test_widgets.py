@@ -1,4 +1,4 @@
-"""Python side of attnlib.widgets: synced traitlets, input checks, static fallback.
+"""Python side of attnlib.viz.widgets: synced traitlets, input checks, the state object, static fallback.
 
 The browser side is tested in tests/browser/ (a bare page, and JupyterLab end to end).
 """
@@ -16,7 +16,11 @@ import torch
 import traitlets
 
 import attnlib
-from attnlib.widgets import FILL_BELOW, ROW_SUM_TOL, AttentionExplorer, AttentionHeatmap
+from attnlib.viz.compare import compare
+from attnlib.viz.export import CSS, ESM, EXPORT_MIME, PAYLOAD_MAX_BYTES, export_nbytes, export_page, export_state
+from attnlib.viz.inputs import FILL_BELOW, ROW_SUM_TOL
+from attnlib.viz.state import EAGER_MAX_BYTES, LINES_MAX_TOKENS
+from attnlib.viz.widgets import AttentionExplorer, AttentionHeatmap
 
 TOKENS = "the animal didn't cross the street because it was too tired".split()
 
@@ -43,12 +47,12 @@ def test_exported_from_attnlib():
 
 
 def test_widget_modules_import_matplotlib_only_when_drawing():
-    """attnlib.widgets must stay cheap to import (attnlib's __init__ may import it lazily or not at all):
-    no module-level import of matplotlib or attnlib.plotting (which imports pyplot)."""
+    """The widgets must stay cheap to import (attnlib's __init__ imports them lazily): no module-level import
+    of matplotlib or of the plotting module (which imports pyplot) anywhere on their import path."""
     import ast
 
-    for module in ("widgets.py", "widget_render.py"):
-        tree = ast.parse((attnlib.widgets._STATIC.parent / module).read_text())
+    for module in ("widgets.py", "render.py", "export.py", "state.py", "inputs.py", "compare.py", "__init__.py"):
+        tree = ast.parse((ESM.parent.parent / module).read_text())
         top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
         names = [a.name for n in top if isinstance(n, ast.Import) for a in n.names]
         names += [n.module or "" for n in top if isinstance(n, ast.ImportFrom)]
@@ -86,9 +90,8 @@ def test_explorer_accepts_a_list_of_layers():
 
 def test_esm_and_css_come_from_the_package_files():
     hm = AttentionHeatmap(maps(2, 2), ["a", "b"])
-    static = attnlib.widgets._STATIC
-    assert hm._esm == (static / "attention.js").read_text()
-    assert hm._css == (static / "attention.css").read_text()
+    assert hm._esm == ESM.read_text() and ESM.parent.name == "static" and ESM.parent.parent.name == "viz"
+    assert hm._css == CSS.read_text()
     assert re.search(r"^\s*import\s", hm._esm, re.M) is None  # no dependency, nothing from a CDN
     assert "export default" in hm._esm
 
@@ -314,20 +317,20 @@ def two_heads_015_099() -> torch.Tensor:
 def test_default_scale_is_shared_by_the_layer():
     ex = AttentionExplorer(two_heads_015_099(), list("abcdefgh"))
     assert ex.scale == "layer"
-    assert ex._range(0, 0) == ex._range(0, 1) == (0.0, pytest.approx(0.99))
+    assert ex.state.range(0, 0) == ex.state.range(0, 1) == (0.0, pytest.approx(0.99))
     ex.set_scale("map")  # per map, the dim head is stretched to the top colour
-    assert ex._range(0, 0) == (0.0, pytest.approx(0.15)) and ex.scale == "map"
+    assert ex.state.range(0, 0) == (0.0, pytest.approx(0.15)) and ex.scale == "map"
     ex.set_scale((0, 0.5))
-    assert (ex.scale, ex.vmin, ex.vmax) == ("fixed", 0.0, 0.5) and ex._range(0, 1) == (0.0, 0.5)
+    assert (ex.scale, ex.vmin, ex.vmax) == ("fixed", 0.0, 0.5) and ex.state.range(0, 1) == (0.0, 0.5)
 
 
 def test_model_scale_spans_every_layer():
     dim = two_heads_015_099()[:, :1]
     w = torch.cat([two_heads_015_099(), torch.cat([dim, dim], dim=1)])  # layer 1: two copies of the dim head
     ex = AttentionExplorer(w, list("abcdefgh"), scale="model")
-    assert ex._range(1, 0)[1] == pytest.approx(0.99)
+    assert ex.state.range(1, 0)[1] == pytest.approx(0.99)
     ex.set_scale("layer")
-    assert ex._range(1, 0)[1] == pytest.approx(0.15)
+    assert ex.state.range(1, 0)[1] == pytest.approx(0.15)
 
 
 @pytest.mark.parametrize("scale, match", [
@@ -365,7 +368,7 @@ def test_scale_trait_checked_from_python_and_browser(heatmap):
     with pytest.raises(ValueError, match=r"scale='fixed' needs vmin and vmax"):
         heatmap.scale = "fixed"
     heatmap.set_state({"vmin": 0.0, "vmax": 1.0, "scale": "fixed"})  # what the scale menu sends
-    assert heatmap._range(0, 0) == (0.0, 1.0)
+    assert heatmap.state.range(0, 0) == (0.0, 1.0)
 
 
 def test_selected_key_synced_and_checked(heatmap):
@@ -389,16 +392,16 @@ def test_mask_marks_cells_and_is_checked():
     scores, allowed = causal_weights()
     hm = AttentionHeatmap(torch.softmax(scores, -1), list("abcde"), mask=allowed)
     np.testing.assert_array_equal(hm.mask, allowed.numpy())
-    assert np.isnan(hm._display_array()[0, 0][~allowed.numpy()]).all()
-    with pytest.raises(ValueError, match=r"mask must be bool \(True = may attend\), got dtype int64"):
+    assert np.isnan(hm.state.display[0, 0][~allowed.numpy()]).all()
+    with pytest.raises(ValueError, match=r"mask must have dtype torch.bool \(True = may attend\), got torch.int64"):
         AttentionHeatmap(torch.softmax(scores, -1), list("abcde"), mask=allowed.long())
-    with pytest.raises(ValueError, match=r"mask has shape \(5,\) but weights have shape \(5, 5\); expected \(Lq, Lk\)"):
+    with pytest.raises(ValueError, match=r"mask has shape \(5,\) but a 1-D mask is ambiguous here; it must be a 2-D \(Lq, Lk\) = \(5, 5\) mask"):
         AttentionHeatmap(torch.softmax(scores, -1), list("abcde"), mask=allowed[0])
     with pytest.raises(ValueError, match=r"may not attend, but its weight is .*is the mask inverted"):
         AttentionHeatmap(torch.softmax(scores, -1), list("abcde"), mask=~allowed)
     ex = AttentionExplorer(torch.softmax(scores, -1).expand(2, 3, 5, 5), list("abcde"), mask=allowed[None, None])
     assert ex.mask.shape == (2, 3, 5, 5) and not ex.mask[1, 2, 0, 4]
-    with pytest.raises(ValueError, match=r"mask has shape \(3, 5, 5\) but weights have shape \(2, 3, 5, 5\)"):
+    with pytest.raises(ValueError, match=r"mask has shape \(3, 5, 5\) but .*a 4-D \(layers, heads, Lq, Lk\) = \(2, 3, 5, 5\) mask"):
         AttentionExplorer(torch.softmax(scores, -1).expand(2, 3, 5, 5), list("abcde"), mask=allowed.expand(3, 5, 5))
 
 
@@ -406,16 +409,16 @@ def test_raw_scores_diverge_around_zero_and_fills_do_not_crush_the_range():
     scores, allowed = causal_weights()
     hm = AttentionHeatmap(scores, list("abcde"), raw_scores=True)  # -1e9 fills, no mask given
     lim = float(scores[allowed].abs().max())
-    assert hm._range(0, 0) == (pytest.approx(-lim), pytest.approx(lim))  # not (-1e9, ...)
+    assert hm.state.range(0, 0) == (pytest.approx(-lim), pytest.approx(lim))  # not (-1e9, ...)
     assert not hm.mask[0, 4] and hm.mask[4, 0] and FILL_BELOW > -1e9
-    lut = hm._palette_lut.astype(int)
+    lut = hm.state.palette.astype(int)
     assert (lut[128] > 230).all() and lut[0, 2] > lut[0, 0] and lut[255, 0] > lut[255, 2]  # white middle, blue low, red high
 
 
 def test_mask_colour_is_not_in_the_palette():
     for raw in (False, True):
         hm = AttentionHeatmap(causal_weights()[0], list("abcde"), raw_scores=True) if raw else AttentionHeatmap(maps(3, 3), list("abc"))
-        dist = np.sqrt(((hm._palette_lut.astype(float) - np.array(hm._mask_rgb)) ** 2).sum(1)).min()
+        dist = np.sqrt(((hm.state.palette.astype(float) - np.array(hm._mask_rgb)) ** 2).sum(1)).min()
         assert dist > 60, (raw, hm._mask_rgb, dist)
 
 
@@ -433,9 +436,6 @@ def test_to_html_writes_one_self_contained_page(explorer, tmp_path):
 
 
 def test_every_output_carries_its_export_and_it_makes_the_same_page(explorer, tmp_path):
-    from attnlib.widget_render import PAYLOAD_MAX_BYTES, export_page
-    from attnlib.widgets import EXPORT_MIME
-
     data, _ = explorer._repr_mimebundle_()
     payload = json.loads(json.dumps(data[EXPORT_MIME]))  # survives a notebook's JSON round trip
     assert export_page(payload) == explorer.to_html(tmp_path / "e.html").read_text()
@@ -449,14 +449,12 @@ def test_every_output_carries_its_export_and_it_makes_the_same_page(explorer, tm
 # ---- compare ----------------------------------------------------------------------------------
 
 def test_compare_shares_one_scale_and_links_the_views():
-    from attnlib.widget_compare import compare
-
     a, b = maps(2, 3, 11, 11, seed=1), maps(2, 3, 11, 11, seed=2)
     view = compare(a, b, TOKENS, names=("tired", "wide"), layer=1)
     top = float(max(a.max(), b.max()))
-    assert view.a._range(0, 0) == view.b._range(1, 2) == (0.0, pytest.approx(top))  # one scale for A and B
+    assert view.a.state.range(0, 0) == view.b.state.range(1, 2) == (0.0, pytest.approx(top))  # one scale for A and B
     np.testing.assert_allclose(view.diff.weights, (a - b).numpy(), atol=1e-6)
-    assert view.diff.raw_scores and view.diff._range(0, 0)[0] == -view.diff._range(0, 0)[1]
+    assert view.diff.raw_scores and view.diff.state.range(0, 0)[0] == -view.diff.state.range(0, 0)[1]
     view.b.head, view.diff.selected = 2, 4  # as a click in either view would
     assert (view.a.head, view.diff.head, view.a.selected, view.b.selected, view.a.layer) == (2, 2, 4, 4, 1)
     data = view._repr_mimebundle_()[0]
@@ -464,20 +462,18 @@ def test_compare_shares_one_scale_and_links_the_views():
 
 
 def test_compare_keeps_a_and_b_on_one_scale_whichever_scale_is_picked():
-    from attnlib.widget_compare import compare
-
     a, b = maps(2, 3, 11, 11, seed=1), maps(2, 3, 11, 11, seed=2)
     b[1, 2] = torch.eye(11)  # B has one sharp head (peak 1.0) where A's head peaks lower
     view = compare(a, b, TOKENS)
-    assert a[1, 2].max() < 0.9 and view.b._range(1, 2) == (0.0, 1.0)
+    assert a[1, 2].max() < 0.9 and view.b.state.range(1, 2) == (0.0, 1.0)
     for scale, other in (("layer", "b"), ("map", "a"), ("model", "b"), ((0.0, 0.5), "a")):
         getattr(view, "b" if other == "a" else "a").set_scale(scale)  # the menu of either view
         assert view.a.scale == view.b.scale and view.diff.raw_scores and view.diff.scale == "model"
         for layer in range(2):
             for head in range(3):
-                assert view.a._range(layer, head) == view.b._range(layer, head), (scale, layer, head)
+                assert view.a.state.range(layer, head) == view.b.state.range(layer, head), (scale, layer, head)
     view.a.set_scale("map")
-    assert view.a._range(1, 2) == (0.0, 1.0)  # A's head 1.2 is drawn on B's range: dimmer than B's, as it is
+    assert view.a.state.range(1, 2) == (0.0, 1.0)  # A's head 1.2 is drawn on B's range: dimmer than B's, as it is
     view.b.set_scale((0.8, 0.9))  # a fixed range above the other view's old one reaches it too
     assert (view.a.scale, view.a.vmin, view.a.vmax) == ("fixed", 0.8, 0.9)
     view.diff.view = "lines"  # the view menu of any of the three
@@ -493,8 +489,6 @@ def test_compare_keeps_a_and_b_on_one_scale_whichever_scale_is_picked():
      r"a and b must be \(layers, heads, Lq, Lk\) or \(Lq, Lk\), got shape \(3, 11, 11\)"),
 ])
 def test_compare_bad_input(kwargs, match):
-    from attnlib.widget_compare import compare
-
     args = dict(a=maps(2, 3, 11, 11), b=maps(2, 3, 11, 11, seed=1), query_tokens=TOKENS) | kwargs
     with pytest.raises(ValueError, match=match):
         compare(**args)
@@ -503,8 +497,6 @@ def test_compare_bad_input(kwargs, match):
 # ---- view, and big explorers sent on demand -----------------------------------------------------
 
 def test_view_is_synced_and_checked(explorer):
-    from attnlib.widgets import LINES_MAX_TOKENS
-
     seen = []
     explorer.observe(lambda c: seen.append(c["new"]), names="view")
     assert explorer.view == "map"
@@ -526,9 +518,6 @@ def big_explorer(n: int = 300, seed: int = 0, **kwargs) -> AttentionExplorer:
 
 
 def test_a_big_explorer_sends_the_map_on_display_and_thumbnails_only():
-    from attnlib.widget_render import PAYLOAD_MAX_BYTES, export_state
-    from attnlib.widgets import EAGER_MAX_BYTES, EXPORT_MIME
-
     w = maps(6, 12, 300, 300, seed=1)
     ex = AttentionExplorer(w, [f"t{i}" for i in range(300)], layer=2, head=5)
     assert w.numel() * 4 > EAGER_MAX_BYTES and ex._lazy and ex._weights == b"" and ex._mask == b""
@@ -543,11 +532,11 @@ def test_a_big_explorer_sends_the_map_on_display_and_thumbnails_only():
     block = w[4, 3, 0:5, 5:10].numpy()  # thumbnail pixel (0, 1): rows 0..4, columns 5..9 (300 * 1 // 56 = 5)
     assert thumbs[4, 3, 0, 1] == block.max()
     np.testing.assert_array_equal(ex.weights, w.numpy())  # Python still has every exact value
-    state = export_state(ex)  # no kernel: every map in 8 bits, the one on display exact
+    state = export_state(ex.state)  # no kernel: every map in 8 bits, the one on display exact
     q = np.frombuffer(base64.b64decode(state["binary"]["_weights_u8"]), np.uint8).reshape(6, 12, 300, 300)
     lo, hi = ex._map_lo[4 * 12 + 3], ex._map_hi[4 * 12 + 3]
     np.testing.assert_allclose(lo + q[4, 3] * (hi - lo) / 254, w[4, 3].numpy(), atol=(hi - lo) / 508 + 1e-7)
-    assert ex._export_nbytes() > PAYLOAD_MAX_BYTES
+    assert export_nbytes(ex.state) > PAYLOAD_MAX_BYTES
     assert EXPORT_MIME not in ex._repr_mimebundle_()[0]  # 6.5 MB of 8-bit maps: the picture only
 
 
@@ -562,3 +551,164 @@ def test_a_big_explorer_keeps_its_mask_as_nan():
     np.testing.assert_array_equal(ex.mask[0, 0], allowed.numpy())
     thumbs = np.frombuffer(ex._thumbs, "<f4").reshape(6, 12, 56, 56)
     assert np.isnan(thumbs[0, 0, 0, 55]) and not np.isnan(thumbs[0, 0, 55, 0])  # a block above the diagonal: all masked
+
+
+# ---- one state object, the constants shared with the page ------------------------------------------
+
+def test_state_carries_what_is_on_display(explorer):
+    from attnlib.viz.state import AttentionState
+
+    explorer.layer, explorer.head, explorer.selected, explorer.title = 1, 2, 3, "toy"
+    explorer.set_scale("map")
+    s = explorer.state
+    assert isinstance(s, AttentionState) and s.kind == "explorer" and s.shape == (2, 4, 11, 11)
+    assert (s.layer, s.head, s.selected, s.selected_key, s.scale, s.title, s.clip_sink) == (1, 2, 3, None, "map", "toy", False)
+    assert s.caption() == "toy: layer 1, head 2 (2 layers x 4 heads, 11 x 11 query x key tokens)"
+    np.testing.assert_array_equal(s.weights, explorer.weights)
+    assert s.query_tokens == tuple(TOKENS) and s.palette.shape == (256, 3)
+
+
+def test_the_synced_traits_are_exactly_the_page_model():
+    """The widget's synced data and the exported page come from one function (state.page_model): the page of a
+    notebook and the page of an export read the same fields, so neither can miss one the other has."""
+    from attnlib.viz.state import page_model
+
+    for w in (AttentionHeatmap(maps(3, 5), list("abc"), list("vwxyz")), AttentionExplorer(maps(2, 3, 5, 5), list("abcde")),
+              AttentionExplorer(maps(6, 12, 300, 300), [f"t{i}" for i in range(300)])):
+        ours = {n for n in w.trait_names(sync=True) if n not in ("_esm", "_css", "_dom_classes", "layout", "tabbable",
+                                                                  "tooltip", "_anywidget_id")
+                and not n.startswith(("_model", "_view"))}
+        fields = page_model(w.state, kernel=True)
+        missing = {"layer", "head"} if w._kind == "heatmap" else set()
+        missing |= set() if w._lazy else {"_thumbs", "_exact", "_exact_at"}
+        assert set(fields) == ours - missing, (type(w).__name__, set(fields) ^ (ours - missing))
+        assert all(fields[k] == getattr(w, k) for k in fields), type(w).__name__
+        assert set(export_state(w.state)["state"]) | set(export_state(w.state)["binary"]) >= set(fields)
+
+
+def test_the_numbers_the_page_shares_are_sent_not_copied():
+    from attnlib.viz.state import PAGE_CONSTANTS, THUMB, Q8_TOP
+
+    ex = AttentionExplorer(maps(2, 3, 5, 5), list("abcde"))
+    assert ex._constants == PAGE_CONSTANTS and PAGE_CONSTANTS["linesMaxTokens"] == LINES_MAX_TOKENS
+    js = ESM.read_text()
+    for key in PAGE_CONSTANTS:
+        assert f"K.{key}" in js, key  # the page reads every shared number from the model...
+    code = "\n".join(line.split("//")[0] for line in js.splitlines())
+    for number in (THUMB, Q8_TOP, "LINES_MAX ="):
+        assert str(number) not in code, number  # ...and keeps no copy of its own
+    assert "56px" not in CSS.read_text()  # the thumbnail's size reaches the styles through a CSS variable
+
+
+# ---- 30 layers x 9 heads (SmolLM2-135M) -----------------------------------------------------------
+
+def smollm_like(n: int = 40, seed: int = 0, sink: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """30 x 9 causal softmax maps; from layer 3 on, a first-token sink takes 0.5-0.9 of every row (as
+    SmolLM2 does, issue 22); random otherwise (no model needed). And the causal mask."""
+    g = torch.Generator().manual_seed(seed)
+    allowed = torch.ones(n, n, dtype=torch.bool).tril()
+    w = torch.softmax((2 * torch.randn(30, 9, n, n, generator=g)).masked_fill(~allowed, -1e9), -1)
+    if sink:
+        share = 0.5 + 0.4 * torch.rand(27, 9, 1, 1, generator=g)                 # (27, 9, 1, 1)
+        w[3:] = w[3:] * (1 - share)
+        w[3:, :, :, 0] += share[..., 0]
+    return w, allowed
+
+
+def test_30_by_9_explorer_one_scale_per_layer():
+    g = torch.Generator().manual_seed(5)
+    sharp = torch.linspace(0.5, 4.0, 30).reshape(30, 1, 1, 1)                     # later layers peak higher
+    w = torch.softmax(sharp * torch.randn(30, 9, 40, 40, generator=g), -1)     # (30, 9, 40, 40)
+    ex = AttentionExplorer(w, [f"t{i}" for i in range(40)], layer=29, head=8)
+    assert ex._shape == [30, 9, 40, 40] and not ex._lazy and len(ex._layer_names) == 30
+    top = w.amax(dim=(1, 2, 3))                                                 # (30,): each layer's largest weight
+    for layer in range(30):
+        for h in range(9):
+            assert ex.state.range(layer, h) == (0.0, pytest.approx(float(top[layer]))), (layer, h)
+    assert len({round(float(t), 6) for t in top}) == 30                        # 30 different scales, one per layer
+    ex.set_scale("model")
+    assert ex.state.range(5, 5) == ex.state.range(29, 0) == (0.0, pytest.approx(float(top.max())))
+
+
+def test_clip_sink_gives_the_rest_of_the_map_its_colours_back():
+    """A sink column taking 0.7 of every row and a previous-token pattern taking 0.25: on the layer's linear
+    scale the pattern sits in the bottom third of the palette; with clip_sink it reaches the top colour."""
+    n = 12
+    allowed = torch.ones(n, n, dtype=torch.bool).tril()
+    w = torch.zeros(30, 9, n, n)
+    for i in range(n):
+        w[:, :, i, : i + 1] = 0.05 / (i + 1)                                     # a little everywhere it may look
+        w[:, :, i, 0] += 0.7                                                     # the sink
+        w[:, :, i, max(i - 1, 0)] += 0.25                                        # the previous token
+    ex = AttentionExplorer(w, [f"t{i}" for i in range(n)], mask=allowed, layer=18, head=6)
+    before = ex._repr_mimebundle_()[0]["image/png"]
+    prev = torch.tensor([float(w[18, 6, i, i - 1]) for i in range(2, n)])
+    lo, hi = ex.state.range(18, 6)
+    assert (prev / hi).max() < 0.34, (prev.max(), hi)                           # dim on the linear scale
+    sink_column = torch.tensor(ex._map_rest[18 * 9 + 6])
+    assert torch.isclose(sink_column, w[18, 6, :, 1:].max())                    # the top ignores column 0
+    ex.clip_sink = True
+    lo, hi = ex.state.range(18, 6)
+    assert (lo, hi) == (0.0, pytest.approx(float(w[18, 6, :, 1:].max())))
+    assert (prev / hi).min() > 0.9                                              # the pattern is near the top colour
+    assert float(w[18, 6, 5, 0]) > hi                                           # the sink saturates (drawn at the top)
+    assert ex._repr_mimebundle_()[0]["image/png"] != before                    # the static picture follows
+
+
+def test_clip_sink_is_synced_shared_by_compare_and_symmetric_for_raw_scores():
+    ex = AttentionExplorer(maps(2, 3, 5, 5), list("abcde"))
+    ex.set_state({"clip_sink": True})  # what the page's box sends
+    assert ex.clip_sink is True and ex.get_state()["clip_sink"] is True
+    scores = torch.randn(2, 3, 5, 5, generator=torch.Generator().manual_seed(4))
+    scores[..., 2] += 6.0  # a key that every query scores high
+    raw = AttentionExplorer(scores, list("abcde"), raw_scores=True, scale="map", clip_sink=True)
+    lo, hi = raw.state.range(1, 1)
+    assert lo == -hi and hi == pytest.approx(float(scores[1, 1][:, [0, 1, 3, 4]].abs().max()))
+    view = compare(maps(2, 3, 5, 5, seed=1), maps(2, 3, 5, 5, seed=2), list("abcde"))
+    assert view.a._map_rest == view.b._map_rest
+    view.b.clip_sink = True
+    assert view.a.clip_sink and not view.diff.clip_sink
+    assert view.a.state.range(1, 2) == view.b.state.range(1, 2)
+
+
+def test_30_by_9_data_sent_stays_within_the_budgets():
+    """40 tokens: 1.7 MB of float32, sent whole and exported whole. 128 tokens: 17.7 MB, above EAGER_MAX_BYTES,
+    so the page gets thumbnails and one map (3.5 MB, the same bound as the 6 x 12 x 512 explorer's) and the
+    export, 4.4 MB in 8 bits, is left to the picture."""
+    w, allowed = smollm_like(40)
+    small = AttentionExplorer(w, [f"t{i}" for i in range(40)], mask=allowed)
+    assert len(small._weights) == 30 * 9 * 40 * 40 * 4 <= EAGER_MAX_BYTES and not small._lazy
+    assert export_nbytes(small.state) <= PAYLOAD_MAX_BYTES and EXPORT_MIME in small._repr_mimebundle_()[0]
+    w, allowed = smollm_like(128, seed=1)
+    big = AttentionExplorer(w, [f"t{i}" for i in range(128)], mask=allowed, layer=18, head=6)
+    assert big._lazy and big._weights == b"" and big._exact_at == [18, 6]
+    sent = sum(len(getattr(big, k)) for k in ("_weights", "_mask", "_palette", "_thumbs", "_exact"))
+    assert sent == 30 * 9 * 56 * 56 * 4 + 128 * 128 * 4 + 256 * 3 and sent < 4_000_000
+    big.set_state({"layer": 3})  # the page opens another layer: one map, 64 KB
+    assert big._exact_at == [3, 6] and len(big._exact) == 128 * 128 * 4
+    assert export_nbytes(big.state) > PAYLOAD_MAX_BYTES
+    data = big._repr_mimebundle_()[0]
+    assert EXPORT_MIME not in data and len(data["image/png"]) < 200_000
+
+
+def test_30_by_9_picture_puts_the_grid_under_the_map_layers_along_x():
+    w, allowed = smollm_like(40)
+    ex = AttentionExplorer(w, [f"t{i}" for i in range(40)], mask=allowed, layer=18, head=6, selected=5)
+    tall = png_of(ex._repr_mimebundle_()[0])
+    assert 700 <= tall.shape[1] <= 1300 and 600 <= tall.shape[0] <= 1000, tall.shape  # about 1000 x 850, not 2 m tall
+    few = png_of(AttentionExplorer(w[:6], [f"t{i}" for i in range(40)], mask=allowed)._repr_mimebundle_()[0])
+    assert few.shape[1] > few.shape[0]  # 6 layers: the grid beside the map, as before
+
+
+def test_a_payload_stored_before_viz_still_makes_a_page(explorer):
+    """Notebooks executed before attnlib.viz carry exports without _constants, _map_rest and clip_sink; the
+    static site must still draw them, with the numbers from Python (the page keeps no copy)."""
+    old = json.loads(json.dumps(export_state(explorer.state)))
+    for name in ("_constants", "_map_rest", "clip_sink"):
+        del old["state"][name]
+    page = export_page(old)
+    state = json.loads(re.search(r'id="attnlib-state" type="application/json">(.*?)</script>', page).group(1))
+    assert state["_constants"]["thumb"] == 56 and state["_map_rest"] == old["state"]["_map_hi"]
+    new = export_state(explorer.state)
+    assert json.loads(re.search(r'id="attnlib-state" type="application/json">(.*?)</script>', export_page(new)).group(1)) == \
+        json.loads(json.dumps(new["state"]))  # a new payload goes through unchanged

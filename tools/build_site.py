@@ -7,7 +7,7 @@ Sphinx + myst-nb (``nb_execution_mode = "off"``) turn a temporary copy of ``site
 widget output is rewritten first:
 
 * an output with the kernel-free export (mime ``application/vnd.attnlib.widget+json``, see
-  ``attnlib.widget_render.export_state``) becomes a live widget: an ``<iframe>`` to a page that
+  ``attnlib.viz.export.export_state``) becomes a live widget: an ``<iframe>`` to a page that
   ``export_page`` writes into ``widgets/`` of the site (script, styles and data inline), with its
   labelled picture as the ``<noscript>`` fallback. A compare output becomes three such frames,
   linked as in Jupyter (layer, head and pins follow each other through ``postMessage``);
@@ -46,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SITE_SRC = ROOT / "site"
 NOTEBOOKS = ROOT / "notebooks"
-EXPORT_MIME = "application/vnd.attnlib.widget+json"  # = attnlib.widgets.EXPORT_MIME (checked in main)
+EXPORT_MIME = "application/vnd.attnlib.widget+json"  # = attnlib.viz.export.EXPORT_MIME (checked in main)
 VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 MARKER = ".attnlib-site"  # written into the output folder; only a folder holding it is ever replaced
 
@@ -75,17 +75,11 @@ FRAME_SCRIPT = """<script>
 
 
 def widget_api():
-    """(EXPORT_MIME, export_page) from attnlib: the widget sub-package ``attnlib.viz`` (after the
-    consolidation of the widget modules), else the flat modules it replaces."""
+    """(EXPORT_MIME, export_page) from ``attnlib.viz.export``."""
     import importlib
 
-    for widgets, render in (("attnlib.viz.widgets", "attnlib.viz.render"), ("attnlib.widgets", "attnlib.widget_render")):
-        try:
-            return importlib.import_module(widgets).EXPORT_MIME, importlib.import_module(render).export_page
-        except ModuleNotFoundError as err:
-            if not (err.name or "").startswith("attnlib."):
-                raise  # attnlib is there but something it imports is missing
-    raise ModuleNotFoundError("attnlib has neither attnlib.viz.widgets/render nor attnlib.widgets/widget_render")
+    export = importlib.import_module("attnlib.viz.export")
+    return export.EXPORT_MIME, export.export_page
 
 
 def widget_page(payload: dict) -> str:

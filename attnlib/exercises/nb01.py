@@ -71,12 +71,12 @@ def parameter_formula(answer, vocab_size: int, emb: int) -> tuple[bool, str]:
 @checker("1.2")
 def beam_sequence_accuracies(answer, model, data) -> tuple[bool, str]:
     """``answer``: dict beam size (1, 3, 10) -> free-running whole-sequence accuracy of ``model`` on ``data``."""
-    from attnlib.training import evaluate_seq2seq
+    from attnlib.training import evaluate
 
     if not isinstance(answer, dict) or set(answer) != {1, 3, 10}:
         got = sorted(answer) if isinstance(answer, dict) else type(answer).__name__
         return False, f"expected a dict with the beam sizes 1, 3 and 10 as keys, got {got}"
-    scores = {k: evaluate_seq2seq(model, data, beam_size=k) for k in (1, 3, 10)}
+    scores = {k: evaluate(model, data, beam_size=k) for k in (1, 3, 10)}
     for k in (1, 3, 10):
         try:
             got = float(answer[k])
@@ -96,7 +96,7 @@ def teacher_forced_accuracy(model, data) -> float:
     was_training = model.training
     model.eval()
     with torch.no_grad():
-        logits, _ = model(data.src.to(device), data.src_mask.to(device), data.tgt.to(device), teacher_forcing=1.0)
+        logits = model(data.src.to(device), data.tgt.to(device), data.src_key_padding_mask.to(device))
     model.train(was_training)
     pred, target = logits.argmax(-1).cpu(), data.tgt
     real = target != data.tgt_vocab.pad_id
@@ -106,7 +106,7 @@ def teacher_forced_accuracy(model, data) -> float:
 @checker("1.4")
 def teacher_forced_token_accuracy(answer, model, data) -> tuple[bool, str]:
     """``answer``: the test token accuracy of ``model`` with teacher forcing (a float)."""
-    from attnlib.training import evaluate_seq2seq
+    from attnlib.training import evaluate
 
     try:
         got = float(answer)
@@ -114,13 +114,13 @@ def teacher_forced_token_accuracy(answer, model, data) -> tuple[bool, str]:
         return False, f"expected a number (the accuracy), got {type(answer).__name__}"
     truth = teacher_forced_accuracy(model, data)
     if abs(got - truth) < 1e-4:
-        free = evaluate_seq2seq(model, data)["token_acc"]
+        free = evaluate(model, data)["token_acc"]
         return True, f"{truth:.3f} with teacher forcing against {free:.3f} free-running"
-    if abs(got - evaluate_seq2seq(model, data)["token_acc"]) < 1e-4:
-        return False, "that is the free-running (greedy) accuracy; feed the gold tokens with model(src, src_mask, tgt, teacher_forcing=1.0)"
+    if abs(got - evaluate(model, data)["token_acc"]) < 1e-4:
+        return False, "that is the free-running (greedy) accuracy; feed the gold tokens with model(src, tgt, src_key_padding_mask)"
     device = next(model.parameters()).device
     with torch.no_grad():
-        logits, _ = model.eval()(data.src.to(device), data.src_mask.to(device), data.tgt.to(device), teacher_forcing=1.0)
+        logits = model.eval()(data.src.to(device), data.tgt.to(device), data.src_key_padding_mask.to(device))
     shifted = (logits.argmax(-1).cpu()[:, :-1] == data.tgt[:, 1:]).float().mean().item()
     if abs(got - shifted) < 1e-4:
         return False, "off by one: logits[:, t] already predicts tgt[:, t] (the decoder starts from <bos>)"

@@ -63,7 +63,7 @@ def explore_any_input(answer: Any, *, sorter) -> tuple[bool, str]:
 
     The explorer must hold every layer and head (rows = queries) and label the tokens ``digit@position``.
     """
-    from ..widgets import AttentionExplorer, AttentionHeatmap
+    from ..viz.widgets import AttentionExplorer, AttentionHeatmap
     from .nb00 import callable_problem
 
     problem = callable_problem(answer, "a function my_explore(text) that returns an AttentionExplorer")
@@ -196,11 +196,11 @@ def _pair(item: Any, p: int, n_keys: int) -> tuple[int, float] | str:
 def invented_digits(answer: Any, *, dater, src_vocab, text: str) -> tuple[bool, str]:
     """Exercise 3: for the first two output digits of ``text``, ``[(input position, weight), (input position, weight)]``
     of the input character each reads most (its largest attention weight)."""
-    from ..seq2seq import greedy_decode
+    from ..decoding import greedy_decode
 
     src = torch.tensor([src_vocab.encode(text)])
     with torch.no_grad():
-        _, w = greedy_decode(dater, src)                                           # (1, T, L)
+        _, w = greedy_decode(dater, src, return_attention=True)                    # (1, T, L)
     w = w[0].float()                                                               # (T, L)
     keys = list(text) + ["<eos>"]
     if not (isinstance(answer, (tuple, list)) and len(answer) == 2):

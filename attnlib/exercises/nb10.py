@@ -75,13 +75,15 @@ def memory_mask(answer, src: torch.Tensor, pad_id: int = 0, num_heads: int = 4, 
 def greedy_by_hand(answer, model, src: torch.Tensor, max_len: int = 11) -> tuple[bool, str]:
     """Greedy decoding of one source ``src (1, Ls)`` written out: the generated ids up to and including ``<eos>``."""
     answer = _ids(answer, "your ids").flatten().tolist()
+    from ..decoding import greedy_decode
+
     c = model.config
     with torch.no_grad():
-        ids, _ = model.greedy_decode(src, max_len=max_len)
+        ids = greedy_decode(model, src, max_len=max_len)
         right = ids[0].tolist()
         if c.eos_id in right:
             right = right[: right.index(c.eos_id) + 1]
-        memory = model.encode(src)
+        memory = model.encode(src).memory
         bos = torch.tensor([[c.bos_id]])
         from_bos_only = model.decode(bos, memory)[0, -1].argmax().item()
     if answer == right:

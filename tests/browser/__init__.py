@@ -1,1 +1,1 @@
-"""Browser tests of attnlib.widgets (marked `browser`; need /usr/bin/chromium)."""
+"""Browser tests of attnlib.viz.widgets (marked `browser`; need /usr/bin/chromium)."""

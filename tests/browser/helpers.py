@@ -11,10 +11,10 @@ import shutil
 import statistics
 from pathlib import Path
 
-import attnlib.widgets
+import attnlib.viz.widgets
+from attnlib.viz.export import STATIC
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
-STATIC = Path(attnlib.widgets.__file__).parent / "static"
 ORIGIN = "http://attnlib.test"
 
 CHROMIUM_VAR = "CHROMIUM_PATH"
@@ -110,7 +110,7 @@ window.ready = true;
 </script></body></html>"""
 
 
-def widget_state(w: attnlib.widgets._AttentionWidget) -> dict:
+def widget_state(w: attnlib.viz.widgets._AttentionWidget) -> dict:
     """The synced state the view reads, JSON-friendly (binary traits as base64)."""
     skip = {"_esm", "_css", "_dom_classes", "layout", "tabbable", "tooltip", "_anywidget_id"}
     state = {k: getattr(w, k) for k in w.trait_names(sync=True)

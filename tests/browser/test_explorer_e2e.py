@@ -29,6 +29,10 @@ changed; re-runs the checker cell with Ctrl+Enter and checks that Python printed
 ``selected=1`` and the new head; saves screenshots to
 ``test-artifacts/explorer_e2e_{frontend}_*.png``.
 
+Three more tests write their own small notebooks into the server's folder: a big explorer whose maps the
+kernel sends on demand, the compare view, and an explorer of SmolLM2's shape (30 layers x 9 heads, random
+weights with a first-token sink: hover, pin, switch layer from the menu and the scrolling grid, clip the sink).
+
 The server (``python -m jupyterlab`` or ``python -m notebook``) runs on 127.0.0.1 with a free
 port, a random token and its own config, runtime, settings and workspaces directories,
 wrapped in ``timeout``; it is stopped with POST /api/shutdown, then by killing its own
@@ -43,6 +47,7 @@ leaves a screenshot there.
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import json
 import os
@@ -300,21 +305,31 @@ WAITING_CALLS = {"goto", "wait_for_function", "wait_for", "wait_for_selector", "
                  "evaluate", "inner_text", "text_content", "check", "uncheck"}
 
 
-def worst_case_seconds(test) -> float:
-    """The longest ``test`` can take before a wait of its own times out: setup, every wait, teardown, artefacts."""
+def waits_in(function) -> float:
+    """Seconds that the Playwright waits of ``function`` can take, and those of this module's functions it calls."""
     waits = 0.0
-    for node in ast.walk(ast.parse(inspect.getsource(test).lstrip())):
+    for node in ast.walk(ast.parse(inspect.getsource(function).lstrip())):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in WAITING_CALLS:
             given = {k.arg: k.value for k in node.keywords}
             ms = eval(compile(ast.Expression(given["timeout"]), "<timeout>", "eval"), globals()) if "timeout" in given \
                 else ACTION_MS
             waits += ms / 1000
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id != function.__name__:
+            helper = globals().get(node.func.id)
+            if inspect.isfunction(helper) and helper.__module__ == __name__:
+                waits += waits_in(helper)
+    return waits
+
+
+def worst_case_seconds(test) -> float:
+    """The longest ``test`` can take before a wait of its own times out: setup, every wait, teardown, artefacts."""
     setup = SERVER_START_S + LAUNCH_TIMEOUT_MS / 1000  # the module's server and browser start in its first test
-    return setup + waits + ARTIFACT_MS / 1000 + SERVER_STOP_S
+    return setup + waits_in(test) + ARTIFACT_MS / 1000 + SERVER_STOP_S
 
 
 @pytest.mark.parametrize("name", ["test_explorer_in_jupyter", "test_a_big_explorer_gets_its_maps_from_the_kernel",
-                                  "test_compare_views_follow_each_other_through_the_kernel"])
+                                  "test_compare_views_follow_each_other_through_the_kernel",
+                                  "test_a_30_by_9_explorer_in_jupyter"])
 def test_the_kill_comes_after_every_wait(name):
     """If pytest-timeout killed a test before its own waits ran out, a slow step would be reported as a bare
     timeout; this fails when a wait is added or lengthened without raising the test's timeout."""
@@ -322,6 +337,47 @@ def test_the_kill_comes_after_every_wait(name):
     worst = worst_case_seconds(test)
     kill = next(m.args[0] for m in test.pytestmark if m.name == "timeout")
     assert kill > worst, f"pytest-timeout kills {name} after {kill} s, but its waits can take {worst:.0f} s"
+
+
+def write_notebook(log: Path, name: str, *sources: str) -> None:
+    """A notebook of these code cells, with a kernelspec, in the server's folder (the folder of its log)."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in sources])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, log.parent / "notebooks" / name)
+
+
+def new_page(browser_context, frontend: str):
+    """A page with the tests' default timeout, and the list its uncaught errors go to (the front end's own aside)."""
+    page = browser_context.new_page()
+    page.set_default_timeout(ACTION_MS)
+    page_errors: list[str] = []
+    page.on("pageerror", lambda e: None if is_known_frontend_error(frontend, e) else page_errors.append(str(e)))
+    return page, page_errors
+
+
+@contextlib.contextmanager
+def closing_with_artifacts(page, log: Path, artifacts: Path, prefix: str):
+    """Close ``page`` at the end; on any failure (pytest-timeout's kill included) first save the artefacts."""
+    try:
+        yield page
+    except BaseException:
+        save_failure_artifacts(page, log, artifacts, prefix)
+        raise
+    finally:
+        page.close()
+
+
+def open_and_run_all(page, jupyter, name: str) -> None:
+    """Open notebook ``name``, wait for its kernel, run every cell, and wait until all ran and the kernel is idle."""
+    frontend, base, token, _ = jupyter
+    page.goto(f"{base}{FRONTENDS[frontend][2].replace(NOTEBOOK, name)}token={token}", timeout=60_000)
+    page.wait_for_function(KERNEL_IDLE, arg=name, timeout=60_000)  # fire and forget: awaiting run-all can hang
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    page.locator(EXPLORER).wait_for(state="visible", timeout=90_000)
+    page.wait_for_function(ALL_RAN, timeout=90_000)
+    page.wait_for_function(KERNEL_IDLE, arg=name, timeout=30_000)
 
 
 BIG_NOTEBOOK = "big_explorer.ipynb"
@@ -334,28 +390,18 @@ big = AttentionExplorer(w, [f"t{i}" for i in range(300)])
 big"""
 
 
-@pytest.mark.timeout(560)  # after every wait below (worst case 505 s; checked above)
+@pytest.mark.timeout(560)  # after every wait below (worst case 545 s; checked above)
 def test_a_big_explorer_gets_its_maps_from_the_kernel(jupyter, browser_context, artifacts):
     """A big explorer in a live kernel: a click on a thumbnail makes the kernel send that exact map."""
-    import nbformat
     import torch
 
     frontend, base, token, log = jupyter
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(BIG_SOURCE)])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, log.parent / "notebooks" / BIG_NOTEBOOK)  # the server's root is the folder of its log
+    write_notebook(log, BIG_NOTEBOOK, BIG_SOURCE)
     w = torch.softmax(2 * torch.randn(6, 12, 300, 300, generator=torch.Generator().manual_seed(0)), dim=-1)
-    page = browser_context.new_page()
-    page.set_default_timeout(ACTION_MS)
-    page_errors: list[str] = []
-    page.on("pageerror", lambda e: None if is_known_frontend_error(frontend, e) else page_errors.append(str(e)))
-    try:
-        page.goto(f"{base}{FRONTENDS[frontend][2].replace(NOTEBOOK, BIG_NOTEBOOK)}token={token}", timeout=60_000)
-        page.wait_for_function(KERNEL_IDLE, arg=BIG_NOTEBOOK, timeout=60_000)
-        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    page, page_errors = new_page(browser_context, frontend)
+    with closing_with_artifacts(page, log, artifacts, f"explorer_e2e_{frontend}_big"):
+        open_and_run_all(page, jupyter, BIG_NOTEBOOK)
         explorer = page.locator(EXPLORER)
-        explorer.wait_for(state="visible", timeout=90_000)
-        page.wait_for_function(ALL_RAN, timeout=90_000)
         explorer.locator("[data-testid=thumb-3-4]").click()
         page.wait_for_function("() => { const r = document.querySelector('[data-testid=attn-root][data-kind=explorer]');"
                                " return r.dataset.head === '4' && r.dataset.loading === ''; }", timeout=30_000)
@@ -365,16 +411,11 @@ def test_a_big_explorer_gets_its_maps_from_the_kernel(jupyter, browser_context, 
             f"t9 → t{best}: {w[3, 4, 9, best].item():.3f} (largest weight)"
         explorer.screenshot(path=str(artifacts / f"explorer_e2e_{frontend}_big.png"))
         assert page_errors == [], f"uncaught errors in the page: {page_errors}"
-    except BaseException:
-        save_failure_artifacts(page, log, artifacts, f"explorer_e2e_{frontend}_big")
-        raise
-    finally:
-        page.close()
 
 
 COMPARE_NOTEBOOK = "compare_views.ipynb"
 COMPARE_SOURCE = """import torch
-from attnlib.widget_compare import compare
+from attnlib.viz.compare import compare
 
 g = torch.Generator().manual_seed(0)
 a, b = (torch.softmax(2 * torch.randn(2, 3, 8, 8, generator=g), dim=-1) for _ in range(2))
@@ -387,28 +428,17 @@ ALL_THREE = """([name, value]) => {
 }"""
 
 
-@pytest.mark.timeout(720)  # after every wait below (worst case 660 s; checked above)
+@pytest.mark.timeout(720)  # after every wait below (worst case 680 s; checked above)
 def test_compare_views_follow_each_other_through_the_kernel(jupyter, browser_context, artifacts):
     """compare(): a head opened, a token pinned or the view switched in any of the three views reaches the other two
     (the links live in the kernel), and a scale picked in A's menu is B's too, with the same numbers on the colour bar."""
-    import nbformat
-
     frontend, base, token, log = jupyter
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(COMPARE_SOURCE)])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, log.parent / "notebooks" / COMPARE_NOTEBOOK)
-    page = browser_context.new_page()
-    page.set_default_timeout(ACTION_MS)
-    page_errors: list[str] = []
-    page.on("pageerror", lambda e: None if is_known_frontend_error(frontend, e) else page_errors.append(str(e)))
+    write_notebook(log, COMPARE_NOTEBOOK, COMPARE_SOURCE)
+    page, page_errors = new_page(browser_context, frontend)
     views = [page.locator(f"[data-testid=attn-root][data-kind=explorer] >> nth={k}") for k in range(3)]
-    try:
-        page.goto(f"{base}{FRONTENDS[frontend][2].replace(NOTEBOOK, COMPARE_NOTEBOOK)}token={token}", timeout=60_000)
-        page.wait_for_function(KERNEL_IDLE, arg=COMPARE_NOTEBOOK, timeout=60_000)
-        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
-        views[2].wait_for(state="visible", timeout=90_000)
-        page.wait_for_function(ALL_RAN, timeout=90_000)
-        page.wait_for_function(KERNEL_IDLE, arg=COMPARE_NOTEBOOK, timeout=30_000)
+    with closing_with_artifacts(page, log, artifacts, f"explorer_e2e_{frontend}_compare"):
+        open_and_run_all(page, jupyter, COMPARE_NOTEBOOK)
+        views[2].wait_for(state="visible")  # the first explorer is up; the other two come in the same output
         assert [v.locator("[data-testid=title]").inner_text() for v in views] == ["A", "B", "A minus B"]
 
         views[0].locator("[data-testid=thumb-1-2]").click()  # a head opened in A
@@ -430,8 +460,79 @@ def test_compare_views_follow_each_other_through_the_kernel(jupyter, browser_con
         page.wait_for_function(ALL_THREE, arg=["view", "lines"], timeout=15_000)
         page.screenshot(path=str(artifacts / f"explorer_e2e_{frontend}_compare.png"), full_page=True)
         assert page_errors == [], f"uncaught errors in the page: {page_errors}"
-    except BaseException:
-        save_failure_artifacts(page, log, artifacts, f"explorer_e2e_{frontend}_compare")
-        raise
-    finally:
-        page.close()
+
+
+SMOL_NOTEBOOK = "explorer_30x9.ipynb"
+SMOL_MARKER = "SMOL_CHECK"
+SMOL_SOURCE = """import torch
+from attnlib import AttentionExplorer
+
+g = torch.Generator().manual_seed(0)
+n = 40
+allowed = torch.ones(n, n, dtype=torch.bool).tril()
+w = torch.softmax((2 * torch.randn(30, 9, n, n, generator=g)).masked_fill(~allowed, -1e9), -1)  # SmolLM2's 30 x 9 heads
+share = 0.5 + 0.4 * torch.rand(27, 9, 1, 1, generator=g)  # from layer 3 on, a first-token sink of 0.5-0.9
+w[3:] = w[3:] * (1 - share)
+w[3:, :, :, 0] += share[..., 0]
+smol = AttentionExplorer(w, [f"t{i}" for i in range(n)], mask=allowed, title="30 x 9")
+smol"""
+SMOL_CHECK = f"""# {SMOL_MARKER}
+print(f"layer={{smol.layer}} head={{smol.head}} selected={{smol.selected}} clip_sink={{smol.clip_sink}}")"""
+
+
+def smol_weights():
+    """The weights SMOL_SOURCE builds, computed here too (the same seed and steps)."""
+    import torch
+
+    g, n = torch.Generator().manual_seed(0), 40
+    allowed = torch.ones(n, n, dtype=torch.bool).tril()
+    w = torch.softmax((2 * torch.randn(30, 9, n, n, generator=g)).masked_fill(~allowed, -1e9), -1)
+    share = 0.5 + 0.4 * torch.rand(27, 9, 1, 1, generator=g)
+    w[3:] = w[3:] * (1 - share)
+    w[3:, :, :, 0] += share[..., 0]
+    return w
+
+
+@pytest.mark.timeout(760)  # after every wait below (worst case 715 s; checked above)
+def test_a_30_by_9_explorer_in_jupyter(jupyter, browser_context, artifacts):
+    """SmolLM2's shape (30 layers x 9 heads, 40 tokens, a first-token sink) in a live kernel: hover, pin, switch
+    layer from the menu and from the scrolling grid, clip the sink; the kernel sees every choice."""
+    frontend, base, token, log = jupyter
+    write_notebook(log, SMOL_NOTEBOOK, SMOL_SOURCE, SMOL_CHECK)
+    w = smol_weights()
+    page, page_errors = new_page(browser_context, frontend)
+    with closing_with_artifacts(page, log, artifacts, f"explorer_e2e_{frontend}_30x9"):
+        open_and_run_all(page, jupyter, SMOL_NOTEBOOK)
+        explorer = page.locator(EXPLORER)
+        assert page.evaluate(MARK_CHECKER, SMOL_MARKER) >= 0
+        assert explorer.locator("[data-testid^=thumb-]").count() == 270
+        render_ms = explorer.get_attribute("data-render-ms")
+
+        explorer.locator("[data-testid=query-token-5]").hover()  # hover: the browser alone
+        assert explorer.get_attribute("data-active-row") == "5"
+        best = int(w[0, 0, 5].argmax())
+        assert explorer.locator("[data-testid=readout]").inner_text(timeout=ACTION_MS) == \
+            f"t5 → t{best}: {w[0, 0, 5, best].item():.3f} (largest weight)"
+        explorer.locator("[data-testid=query-token-5]").click()  # pin
+        assert explorer.get_attribute("data-selected") == "5"
+
+        before = explorer.evaluate(CANVAS_SUM, "heatmap-canvas")
+        explorer.locator("[data-testid=layer-select]").select_option("18")  # a layer from the menu
+        assert explorer.get_attribute("data-layer") == "18"
+        assert explorer.evaluate(CANVAS_SUM, "heatmap-canvas") != before, "switching layers did not change the map"
+        explorer.locator("[data-testid=thumb-29-8]").click()  # the last head, at the bottom of the scrolling grid
+        assert explorer.get_attribute("data-layer") == "29" and explorer.get_attribute("data-head") == "8"
+        explorer.locator("[data-testid=sink-toggle]").check()  # the sink's column stops setting the top colour
+        assert explorer.get_attribute("data-clip-sink") == "1"
+        top = float(w[29, :, :, 1:].amax())
+        assert explorer.locator("[data-testid=colorbar]").get_attribute("data-vmax") == f"{top:.3f}"
+
+        page.locator("[data-e2e=checker] .jp-InputPrompt").click()  # the kernel saw all of it
+        page.keyboard.press("Control+Enter")
+        expected = "layer=29 head=8 selected=5 clip_sink=True"
+        page.wait_for_function("(text) => (document.querySelector('[data-e2e=checker] .jp-OutputArea')?.innerText || '')"
+                               ".includes(text)", arg=expected, timeout=30_000)
+        explorer.scroll_into_view_if_needed()
+        explorer.screenshot(path=str(artifacts / f"explorer_e2e_{frontend}_30x9.png"))
+        print(f"\n{frontend} 30 x 9 explorer: render {render_ms} ms in the page")
+        assert page_errors == [], f"uncaught errors in the page: {page_errors}"

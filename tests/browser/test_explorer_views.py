@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib.widgets import AttentionExplorer, AttentionHeatmap
+from attnlib.viz.widgets import AttentionExplorer, AttentionHeatmap
 
 from .helpers import open_bare_page, widget_state
 from .test_widget_js import attr, canvas_geometry, cell_centre, pixel, softmax_maps
@@ -281,3 +281,65 @@ def test_a_long_key_strip_shades_the_chips_in_view_and_the_rest_on_scroll(page):
         s.scrollTop = s.scrollHeight; s.dispatchEvent(new Event('scroll')); }""")
     assert attr(page, f"#s [data-testid=key-token-{n - 1}]", "data-weight") == f"{w[5, n - 1].item():.3f}"
     assert attr(page, "#s [data-testid=key-token-0]", "data-weight") is None
+
+
+# ---- 30 layers x 9 heads (SmolLM2-135M's shape), with a first-token sink ------------------------------
+
+def smollm_like(n: int = 40, seed: int = 26) -> tuple[torch.Tensor, torch.Tensor]:
+    """30 x 9 causal softmax maps; from layer 3 on a first-token sink takes 0.5-0.9 of every row."""
+    g = torch.Generator().manual_seed(seed)
+    allowed = torch.ones(n, n, dtype=torch.bool).tril()
+    w = torch.softmax((2 * torch.randn(30, 9, n, n, generator=g)).masked_fill(~allowed, -1e9), -1)
+    share = 0.5 + 0.4 * torch.rand(27, 9, 1, 1, generator=g)
+    w[3:] = w[3:] * (1 - share)
+    w[3:, :, :, 0] += share[..., 0]
+    return w, allowed
+
+
+GRID_BOX = """(name) => { const g = document.querySelector(`#${name} [data-testid=head-grid]`), b = g.getBoundingClientRect();
+    const at = (l, h) => document.querySelector(`#${name} [data-testid=thumb-${l}-${h}]`).getBoundingClientRect();
+    const seen = (r) => r.top >= b.top - 1 && r.bottom <= b.bottom + 1;
+    return {height: b.height, width: b.width, scrollHeight: g.scrollHeight, scrollTop: g.scrollTop,
+            thumb: at(0, 0).width, seen: [0, 10, 18, 29].map((l) => seen(at(l, 0))),
+            head: document.querySelector(`#${name} .attnlib-gridhead.attnlib-gridtop`).getBoundingClientRect().top - b.top}; }"""
+
+
+def test_a_30_by_9_explorer_scrolls_its_grid_and_clips_the_sink(page):
+    w, allowed = smollm_like()
+    ex = AttentionExplorer(w, [f"t{i}" for i in range(40)], mask=allowed)
+    page.evaluate("(s) => mount('s', s)", widget_state(ex))
+    root = "#s [data-testid=attn-root]"
+    assert page.locator("#s [data-testid=head-grid] [data-testid^=thumb-]").count() == 270
+    box = page.evaluate(GRID_BOX, "s")
+    assert box["height"] <= 562 and box["scrollHeight"] > 2 * box["height"], box  # a box that scrolls, not 1.3 m of page
+    assert box["thumb"] < 45 and box["seen"] == [True, True, False, False], box  # smaller thumbnails; layer 29 below
+
+    page.select_option("#s [data-testid=layer-select]", "29")  # the open head's row scrolls into view
+    box = page.evaluate(GRID_BOX, "s")
+    assert box["seen"][3] and box["scrollTop"] > 0 and abs(box["head"]) <= 1, box  # the head names stay on top
+    assert "is-current" in attr(page, "#s [data-testid=thumb-29-0]", "class")
+    page.click("#s [data-testid=thumb-18-6]")  # Playwright scrolls the box to it, as a reader would
+    assert page.evaluate("[models.s.get('layer'), models.s.get('head')]") == [18, 6]
+    assert attr(page, root, "data-layer") == "18" and page.input_value("#s [data-testid=layer-select]") == "18"
+
+    page.hover("#s [data-testid=query-token-20]")  # hover: exact values of layer 18, head 6
+    best = int(w[18, 6, 20].argmax())
+    assert page.inner_text("#s [data-testid=readout]").startswith(f"t20 → t{best}: {w[18, 6, 20, best].item():.3f}")
+    assert attr(page, "#s [data-testid=colorbar]", "data-vmax") == "1.000"  # row 0 puts all its weight on t0
+    g = canvas_geometry(page, "s")
+    j = 1 + int(w[18, 6, 20, 1:].argmax())  # where t20 looks when it does not look at the sink
+    x, y = cell_centre(g, 20, j)
+    dim = pixel(page, "s", "heatmap-canvas", x - g["x"], y - g["y"])[:3]
+    page.check("#s [data-testid=sink-toggle]")  # clip the sink: the top ignores column t0
+    assert page.evaluate("[models.s.get('clip_sink'), models.s.saves > 0]") == [True, True]
+    assert attr(page, root, "data-clip-sink") == "1"
+    top = float(w[18, :, :, 1:].masked_fill(~allowed[:, 1:], 0).amax())  # the layer's largest weight outside t0
+    assert attr(page, "#s [data-testid=colorbar]", "data-vmax") == f"{top:.3f}"
+    assert f"≥ {top:.3f}" in page.inner_text("#s [data-testid=colorbar]")  # the top colour holds all above
+    lut = np.frombuffer(ex._palette, np.uint8).reshape(256, 3)
+    expected = lut[int(np.clip(round(float(w[18, 6, 20, j]) / top * 255), 0, 255))].tolist()
+    assert pixel(page, "s", "heatmap-canvas", x - g["x"], y - g["y"])[:3] == expected != dim
+    x, y = cell_centre(g, 20, 0)
+    assert pixel(page, "s", "heatmap-canvas", x - g["x"], y - g["y"])[:3] == lut[255].tolist()  # the sink saturates
+    page.evaluate("models.s.set('clip_sink', false)")  # as Python unsetting it would
+    assert not page.is_checked("#s [data-testid=sink-toggle]") and attr(page, root, "data-clip-sink") == ""

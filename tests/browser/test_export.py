@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlib.widgets import AttentionExplorer, AttentionHeatmap
+from attnlib.viz.widgets import AttentionExplorer, AttentionHeatmap
 
 pytestmark = pytest.mark.browser
 

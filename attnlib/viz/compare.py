@@ -1,13 +1,13 @@
 """Two sets of attention maps side by side on one colour scale, with their difference.
 
 ``compare(a, b, query_tokens)`` returns an :class:`AttentionCompare`: three
-:class:`~attnlib.widgets.AttentionExplorer` views in a row, A and B on one fixed colour
+:class:`~attnlib.viz.widgets.AttentionExplorer` views in a row (built in notebook 08, section 6), A and B on one fixed colour
 scale (0 to the largest weight of either) and ``A - B`` on a diverging scale centred on 0.
 Their ``layer``, ``head``, ``selected``, ``selected_key`` and ``view`` are linked
 (traitlets.link, in Python), so picking a head, pinning a token or switching to the lines
 view in one does it in all three. A and B also share ``scale`` (with ``vmin``, ``vmax``) and
-the per-map ranges the scales are computed from (the larger of the two inputs' ranges), so
-whichever scale is picked in either menu, A and B stay on one scale. A and B may be two
+``clip_sink`` and the per-map ranges the scales are computed from (the larger of the two inputs'
+ranges), so whichever scale is picked in either menu, A and B stay on one scale. A and B may be two
 inputs of the same length, two models, or a mean over a batch against one input.
 
 Where widgets cannot run, the output carries one PNG with the three pictures stacked.
@@ -23,12 +23,15 @@ import numpy as np
 import torch
 import traitlets
 
-from .widgets import AttentionExplorer, _to_numpy
+from .._checks import to_numpy
+from .export import EXPORT_MIME, PAYLOAD_MAX_BYTES, export_nbytes, export_state
+from .render import static_html, static_png
+from .widgets import AttentionExplorer
 
 __all__ = ["AttentionCompare", "compare"]
 
 LINKED = ("layer", "head", "selected", "selected_key", "view")  # all three views
-SHARED_SCALE = ("vmin", "vmax", "scale")  # A and B only: the difference has its own diverging scale
+SHARED_SCALE = ("vmin", "vmax", "scale", "clip_sink")  # A and B only: the difference has its own diverging scale
 
 
 class AttentionCompare(ipywidgets.HBox):
@@ -56,10 +59,9 @@ class AttentionCompare(ipywidgets.HBox):
             return None
         from PIL import Image
 
-        from .widget_render import static_html, static_png
-
         data, metadata = bundle if isinstance(bundle, tuple) else (bundle, {})
-        pictures = [Image.open(io.BytesIO(static_png(w))).convert("RGB") for w in (self.a, self.b, self.diff)]
+        states = [w.state for w in (self.a, self.b, self.diff)]
+        pictures = [Image.open(io.BytesIO(static_png(s))).convert("RGB") for s in states]
         sheet = Image.new("RGB", (max(p.width for p in pictures), sum(p.height for p in pictures)), "white")
         y = 0
         for p in pictures:
@@ -68,14 +70,11 @@ class AttentionCompare(ipywidgets.HBox):
         buf = io.BytesIO()
         sheet.quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(buf, format="PNG", optimize=True)
         data["image/png"] = buf.getvalue()
-        data["text/html"] = static_html(self.a, data["image/png"], f"{self.a.title} | {self.b.title} | {self.diff.title}")
+        data["text/html"] = static_html(data["image/png"], f"{self.a.title} | {self.b.title} | {self.diff.title}")
         data["text/plain"] = repr(self)
-        from .widget_render import PAYLOAD_MAX_BYTES, export_state
-        from .widgets import EXPORT_MIME
-
         data.pop(EXPORT_MIME, None)
-        if sum(len(w._weights) for w in (self.a, self.b, self.diff)) <= PAYLOAD_MAX_BYTES:
-            data[EXPORT_MIME] = {"compare": [export_state(w) for w in (self.a, self.b, self.diff)]}
+        if sum(export_nbytes(s) for s in states) <= PAYLOAD_MAX_BYTES:
+            data[EXPORT_MIME] = {"compare": [export_state(s) for s in states]}
         return data, metadata
 
     def __repr__(self) -> str:
@@ -89,7 +88,7 @@ def compare(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray, query_to
     """Show attention maps ``a`` and ``b`` (each ``(layers, heads, Lq, Lk)``, or ``(Lq, Lk)`` for one map)
     on one colour scale, with ``a - b``. Tokens label both (the same positions); ``kwargs`` go to
     every AttentionExplorer (``layer``, ``head``, ``selected``, ``layer_names``, ``mask`` ...)."""
-    wa, wb = _to_numpy(a, "a"), _to_numpy(b, "b")
+    wa, wb = to_numpy(a, "a"), to_numpy(b, "b")
     if wa.shape != wb.shape:
         raise ValueError(f"a has shape {tuple(wa.shape)} but b has shape {tuple(wb.shape)}; compare needs the same shape")
     if wa.ndim == 2:
@@ -105,9 +104,9 @@ def compare(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray, query_to
     ex_a = AttentionExplorer(wa, query_tokens, key_tokens, title=names[0], scale=(0.0, top), **kwargs)
     ex_b = AttentionExplorer(wb, query_tokens, key_tokens, title=names[1], scale=(0.0, top), **kwargs)
     with ex_a.hold_sync(), ex_b.hold_sync():  # one range per map for both, so every scale option is shared
-        lo, hi = np.minimum(ex_a._map_lo, ex_b._map_lo).tolist(), np.maximum(ex_a._map_hi, ex_b._map_hi).tolist()
-        ex_a._map_lo = ex_b._map_lo = lo
-        ex_a._map_hi = ex_b._map_hi = hi
+        for name, pick in (("_map_lo", np.minimum), ("_map_hi", np.maximum), ("_map_rest", np.maximum)):
+            both = pick(getattr(ex_a, name), getattr(ex_b, name)).tolist()
+            setattr(ex_a, name, both), setattr(ex_b, name, both)
     ex_d = AttentionExplorer(wa - wb, query_tokens, key_tokens, title=f"{names[0]} minus {names[1]}",
                              raw_scores=True, scale="model", **kwargs)
     return AttentionCompare(ex_a, ex_b, ex_d)

@@ -1,29 +1,31 @@
-// Browser side of attnlib.widgets (AttentionHeatmap, AttentionExplorer).
+// Browser side of attnlib.viz.widgets (AttentionHeatmap, AttentionExplorer).
 // Vanilla ES module, no build step, no dependencies. Every piece of state lives in the
 // closure of one render() call and every element hangs under `el`, so any number of
 // widgets (or views of one widget) work side by side on a page. The same code runs in the
 // page written by to_html(), with a kernel-free model.
 //
-// Model traits read here (written by attnlib/widgets.py):
+// Model fields read here (made by attnlib/viz/state.py, page_model):
+//   _constants    the numbers Python and this file share (thumb, linesMaxTokens, levels, q8Top, q8Masked,
+//                 labelChars, scales, views): defined once in state.py, never copied here
 //   _weights      float32 little-endian bytes, C order, shape _shape
 //   _mask         uint8 per cell (1 = may attend), or empty (nothing masked)
 //   _shape        [layers, heads, Lq, Lk]
 //   _map_lo, _map_hi  per map (layer-major): smallest and largest unmasked value
-//   _palette      256 x RGB bytes (the colormap); _mask_rgb: the colour of masked cells
+//   _map_rest     per map: largest |value| outside its sink column (the top of the scale with clip_sink)
+//   _palette      levels x RGB bytes (the colormap); _mask_rgb: the colour of masked cells
 //   _query_tokens, _key_tokens, _layer_names, _kind ("heatmap" | "explorer"), title, raw_scores
 //   synced: selected (query index | null), selected_key (key index | null),
-//           scale ("layer" | "map" | "model" | "fixed"), vmin, vmax, view ("map" | "lines");
+//           scale ("layer" | "map" | "model" | "fixed"), vmin, vmax, clip_sink, view ("map" | "lines");
 //           explorer: layer, head
 //   big explorers (_lazy): _weights and _mask are empty; _thumbs (float32 grid thumbnails, NaN = masked)
 //           and _exact (float32 map _exact_at = [layer, head], NaN = masked) sent by the kernel when layer
-//           or head changes. A kernel-free page of one also has _weights_u8 (every map, 8 bits: 0..254
-//           from the map's _map_lo to _map_hi, 255 = masked).
+//           or head changes. A kernel-free page of one also has _weights_u8 (every map, 8 bits: 0..q8Top
+//           from the map's _map_lo to _map_hi, q8Masked = masked).
 
 const MAX_SIDE = 512; // CSS px of the longer side; up to 512 tokens a cell is >= 1 px (more: shrunk, point via the token strips)
 const LABEL_MIN_CELL = 9; // draw token labels beside the map when cells are at least this big
-const THUMB = 56; // CSS px of a grid thumbnail
+const TALL_GRID = 12, TALL_THUMB = 36; // more layers than this: thumbnails of 36 CSS px (else _constants.thumb)
 const BAR_W = 180, BAR_H = 10; // colour bar
-const LINES_MAX = 64; // the lines view (one line per query-key pair) is offered up to this many tokens a side
 const ROW_H = 18, LINES_W = 180; // lines view: px per token row, px between the two columns
 
 function h(tag, attrs = {}, text = "") {
@@ -53,13 +55,16 @@ const esc = (s) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, 
 
 function render({ model, el }) {
   const t0 = performance.now();
+  const K = model.get("_constants");
+  if (!K || !K.scales) throw new Error("attnlib: the model has no _constants; widget and attention.js are from different versions");
+  const TOP = K.levels - 1; // the palette's last colour
   const [nL, nH, Lq, Lk] = model.get("_shape");
   const data = floatsOf(model.get("_weights"));
   const maskBytes = bytesOf(model.get("_mask"));
   const masked = maskBytes.length > 0 ? (p) => maskBytes[p] === 0 : () => false;
   const pal = bytesOf(model.get("_palette"));
-  const maskRGB = model.get("_mask_rgb") || [225, 225, 225];
-  const mapLo = model.get("_map_lo"), mapHi = model.get("_map_hi");
+  const maskRGB = model.get("_mask_rgb");
+  const mapLo = model.get("_map_lo"), mapHi = model.get("_map_hi"), mapRest = model.get("_map_rest");
   const qTok = model.get("_query_tokens");
   const kTok = model.get("_key_tokens");
   const raw = model.get("raw_scores");
@@ -79,8 +84,8 @@ function render({ model, el }) {
     if (!lazy) return data.subarray(mapStart(l, hd), mapStart(l, hd) + Lq * Lk);
     const key = l + ":" + hd;
     if (!exact.has(key) && q8.length) {
-      const m = l * nH + hd, lo = mapLo[m], span = (mapHi[m] - lo) / 254, v = new Float32Array(Lq * Lk);
-      for (let p = 0, s = m * Lq * Lk; p < Lq * Lk; p++) { const q = q8[s + p]; v[p] = q === 255 ? NaN : lo + q * span; }
+      const m = l * nH + hd, lo = mapLo[m], span = (mapHi[m] - lo) / K.q8Top, v = new Float32Array(Lq * Lk);
+      for (let p = 0, s = m * Lq * Lk; p < Lq * Lk; p++) { const q = q8[s + p]; v[p] = q === K.q8Masked ? NaN : lo + q * span; }
       exact.set(key, v); approx.add(key);
     }
     return exact.get(key) || null;
@@ -101,14 +106,20 @@ function render({ model, el }) {
     if (s === "fixed") return [model.get("vmin"), model.get("vmax")];
     const from = s === "map" ? l * nH + hd : s === "layer" ? l * nH : 0;
     const to = s === "map" ? from + 1 : s === "layer" ? from + nH : nL * nH;
+    if (model.get("clip_sink")) { // the top leaves out each map's sink column (its cells saturate)
+      let top = 0;
+      for (let m = from; m < to; m++) top = Math.max(top, mapRest[m]);
+      top = top || 1;
+      return raw ? [-top, top] : [0, top];
+    }
     let lo = Infinity, hi = -Infinity;
     for (let m = from; m < to; m++) { lo = Math.min(lo, mapLo[m]); hi = Math.max(hi, mapHi[m]); }
     if (raw) { const lim = Math.max(Math.abs(lo), Math.abs(hi)) || 1; return [-lim, lim]; }
     return [0, hi > 0 ? hi : 1];
   }
   function colourIndex(v, [lo, hi]) {
-    const k = Math.round(((v - lo) / (hi - lo)) * 255);
-    return k < 0 ? 0 : k > 255 ? 255 : k;
+    const k = Math.round(((v - lo) / (hi - lo)) * TOP);
+    return k < 0 ? 0 : k > TOP ? TOP : k;
   }
   const rgb = (k) => `rgb(${pal[3 * k]},${pal[3 * k + 1]},${pal[3 * k + 2]})`;
   const maskCss = `rgb(${maskRGB[0]},${maskRGB[1]},${maskRGB[2]})`;
@@ -145,11 +156,13 @@ function render({ model, el }) {
   }
 
   // A grid thumbnail: each pixel is the strongest cell of its block (so peaks never vanish), on the scale.
+  const thumbPx = nL > TALL_GRID ? TALL_THUMB : K.thumb; // CSS px of a thumbnail on the page
+  const thumbSide = lazy ? K.thumb : Math.min(K.thumb, thumbPx); // cells a side of its data (the kernel's: K.thumb)
   const thumbImages = new Map();
   function thumbOf(l, hd) {
     const key = l + ":" + hd;
     if (!thumbImages.has(key)) {
-      const tw = Math.min(THUMB, Lk), th = Math.min(THUMB, Lq);
+      const tw = Math.min(thumbSide, Lk), th = Math.min(thumbSide, Lq);
       const c = document.createElement("canvas");
       c.width = tw; c.height = th;
       const cx = c.getContext("2d"), img = cx.createImageData(tw, th), px = img.data;
@@ -199,9 +212,12 @@ function render({ model, el }) {
   const controls = h("div", { class: "attnlib-controls" });
   const labelled = (text, node) => { const lab = h("label", {}, text + " "); lab.append(node); return lab; };
   scaleSel = h("select", { "data-testid": "scale-select", "aria-label": "colour scale" });
-  for (const [v, t] of [["layer", "one per layer"], ["map", "one per map"], ["model", "whole model"], ["fixed", "fixed"]]) {
-    scaleSel.append(h("option", { value: v }, t));
-  }
+  const scaleNames = { layer: "one per layer", map: "one per map", model: "whole model", fixed: "fixed" };
+  for (const v of K.scales) scaleSel.append(h("option", { value: v }, scaleNames[v] || v));
+  const sinkBox = h("input", { type: "checkbox", "data-testid": "sink-toggle" });
+  const sinkLabel = h("label", { title: "The top of the colour scale leaves out each map's sink column (the key that takes "
+    + "the most weight, e.g. a decoder's first token): the sink's cells saturate, every other cell gets its colour back." });
+  sinkLabel.append(sinkBox, " clip the sink");
   if (explorer) {
     layerSel = h("select", { "data-testid": "layer-select", "aria-label": "layer" });
     for (let l = 0; l < nL; l++) layerSel.append(h("option", { value: String(l) }, lname(l)));
@@ -209,16 +225,17 @@ function render({ model, el }) {
     for (let hd = 0; hd < nH; hd++) headSel.append(h("option", { value: String(hd) }, "head " + hd));
     controls.append(labelled("layer", layerSel), labelled("head", headSel));
     grid = h("div", { class: "attnlib-grid", "data-testid": "head-grid", role: "grid", "aria-label": "every layer and head" });
-    grid.style.gridTemplateColumns = `auto repeat(${nH}, ${THUMB + 6}px)`;
-    grid.append(h("span", {}));
-    for (let hd = 0; hd < nH; hd++) grid.append(h("span", { class: "attnlib-gridhead" }, "head " + hd));
+    grid.style.gridTemplateColumns = `auto repeat(${nH}, ${thumbPx + 6}px)`;
+    grid.style.setProperty("--attnlib-thumb", thumbPx + "px");
+    grid.append(h("span", { class: "attnlib-gridtop" }));
+    for (let hd = 0; hd < nH; hd++) grid.append(h("span", { class: "attnlib-gridhead attnlib-gridtop" }, "head " + hd));
     for (let l = 0; l < nL; l++) {
       grid.append(h("span", { class: "attnlib-gridhead" }, lname(l)));
       thumbs.push([]);
       for (let hd = 0; hd < nH; hd++) {
         const b = h("button", { class: "attnlib-thumb", type: "button", "data-testid": `thumb-${l}-${hd}`,
           "data-layer": String(l), "data-head": String(hd), "aria-label": `open ${lname(l)}, head ${hd}` });
-        const c = h("canvas", { width: String(THUMB), height: String(THUMB) });
+        const c = h("canvas", { width: String(thumbPx), height: String(thumbPx) });
         b.append(c);
         grid.append(b);
         thumbs[l].push([c]);
@@ -227,13 +244,15 @@ function render({ model, el }) {
     gridMark = h("canvas", { class: "attnlib-gridmark", "aria-hidden": "true" }); // every outline, one canvas
     grid.append(gridMark);
   }
-  controls.append(labelled("colour scale", scaleSel));
-  const linesOK = Math.max(Lq, Lk) <= LINES_MAX;
+  controls.append(labelled("colour scale", scaleSel), sinkLabel);
+  const linesOK = Math.max(Lq, Lk) <= K.linesMaxTokens;
   const viewSel = h("select", { "data-testid": "view-select", "aria-label": "view" });
-  viewSel.append(h("option", { value: "map" }, "matrix"));
-  const linesOpt = h("option", { value: "lines" }, linesOK ? "lines" : `lines (at most ${LINES_MAX} tokens)`);
-  linesOpt.disabled = !linesOK;
-  viewSel.append(linesOpt);
+  const viewNames = { map: "matrix", lines: linesOK ? "lines" : `lines (at most ${K.linesMaxTokens} tokens)` };
+  for (const v of K.views) {
+    const opt = h("option", { value: v }, viewNames[v] || v);
+    opt.disabled = v === "lines" && !linesOK;
+    viewSel.append(opt);
+  }
   controls.append(labelled("view", viewSel));
   root.append(controls);
 
@@ -261,7 +280,7 @@ function render({ model, el }) {
   const ctx = canvas.getContext("2d"), octx = overlay.getContext("2d");
   const font = "11px monospace";
   ctx.font = font;
-  const clip = (s) => (s.length > 12 ? s.slice(0, 11) + "\u2026" : s);
+  const clip = (s) => (s.length > K.labelChars ? s.slice(0, K.labelChars - 1) + "\u2026" : s);
   const widest = (toks) => Math.max(...toks.map((t) => ctx.measureText(clip(t)).width));
   const left = labels ? Math.min(110, Math.ceil(widest(qTok)) + 8) : 0;
   const top = labels ? Math.min(110, Math.ceil(widest(kTok)) + 8) : 0;
@@ -322,8 +341,9 @@ function render({ model, el }) {
   function drawBar() {
     const [lo, hi] = rangeOf(layer(), head());
     const b = barCanvas.getContext("2d");
-    for (let x = 0; x < BAR_W; x++) { b.fillStyle = rgb(Math.round((x / (BAR_W - 1)) * 255)); b.fillRect(x, 0, 1, BAR_H); }
-    barTicks.innerHTML = [lo, (lo + hi) / 2, hi].map((v) => `<span>${fmt(v)}</span>`).join("");
+    for (let x = 0; x < BAR_W; x++) { b.fillStyle = rgb(Math.round((x / (BAR_W - 1)) * TOP)); b.fillRect(x, 0, 1, BAR_H); }
+    const atTop = model.get("clip_sink") ? "\u2265 " : ""; // clipped: the top colour also holds everything above
+    barTicks.innerHTML = [lo, (lo + hi) / 2, hi].map((v, k) => `<span>${k === 2 ? atTop : ""}${fmt(v)}</span>`).join("");
     bar.dataset.vmin = fmt(lo); bar.dataset.vmax = fmt(hi);
   }
 
@@ -371,11 +391,13 @@ function render({ model, el }) {
     }
     drawBar();
     legend.textContent = (raw ? "raw scores, diverging around 0" : "attention weight") + ` \u00b7 ${scaleText()}`
+      + (model.get("clip_sink") ? " \u00b7 sink clipped (the top ignores each map's heaviest key; its cells saturate)" : "")
       + (shownView() === "lines" ? " \u00b7 left = queries, right = keys, line colour and width = weight"
         : " \u00b7 rows = queries, columns = keys") + (explorer ? ` \u00b7 ${lname(l)}, head ${hd}` : "")
       + (img ? "" : " \u00b7 loading the exact map from the kernel\u2026")
       + (img && approx.has(l + ":" + hd) ? " \u00b7 values \u2248 (8-bit copy; exact in the notebook)" : "");
     root.dataset.layer = String(l); root.dataset.head = String(hd); root.dataset.scale = model.get("scale");
+    root.dataset.clipSink = model.get("clip_sink") ? "1" : "";
   }
 
   const activeRow = () => (view.hover !== null ? view.hover : selRow());
@@ -384,13 +406,13 @@ function render({ model, el }) {
   function drawThumbBases() { // once, and again when the scale changes
     for (let l = 0; l < nL; l++) {
       for (let hd = 0; hd < nH; hd++) {
-        const t = thumbs[l][hd][0].getContext("2d");
-        t.imageSmoothingEnabled = false;
-        t.drawImage(thumbOf(l, hd), 0, 0, THUMB, THUMB);
+        const t = thumbs[l][hd][0].getContext("2d"), img = thumbOf(l, hd);
+        t.imageSmoothingEnabled = img.width > thumbPx || img.height > thumbPx; // a kernel's thumbnail, shrunk
+        t.drawImage(img, 0, 0, thumbPx, thumbPx);
       }
     }
   }
-  let marked = "", current = "";
+  let marked = "", current = "", scrolledTo = -1;
   function drawThumbs() { // cheap: the outlines of every thumbnail, on one canvas over the grid
     const a = activeRow(), b = activeCol(), key = `${a}:${b}`;
     const { gw, gh, at } = geom.grid; // read before update() wrote anything (see measure)
@@ -407,10 +429,16 @@ function render({ model, el }) {
       for (let l = 0; l < nL; l++) {
         for (let hd = 0; hd < nH; hd++) {
           const [x, y] = at[l * nH + hd]; // the thumbnail's place in the grid
-          if (a !== null) t.strokeRect(x + 0.75, y + (a / Lq) * THUMB, THUMB - 1.5, Math.max(2, THUMB / Lq));
-          if (b !== null) t.strokeRect(x + (b / Lk) * THUMB, y + 0.75, Math.max(2, THUMB / Lk), THUMB - 1.5);
+          if (a !== null) t.strokeRect(x + 0.75, y + (a / Lq) * thumbPx, thumbPx - 1.5, Math.max(2, thumbPx / Lq));
+          if (b !== null) t.strokeRect(x + (b / Lk) * thumbPx, y + 0.75, Math.max(2, thumbPx / Lk), thumbPx - 1.5);
         }
       }
+    }
+    const shown = layer() * nH + head(), g = geom.grid;
+    if (shown !== scrolledTo && gw > 0) { // a tall grid scrolls: keep the open head's row in view, under the head names
+      scrolledTo = shown;
+      const y = at[shown][1] - at[0][1];
+      if (y < g.top || y + thumbPx > g.top + g.h - at[0][1]) { grid.scrollTop = y; g.top = y; }
     }
     if (current !== `${layer()}:${head()}`) {
       current = `${layer()}:${head()}`;
@@ -452,7 +480,7 @@ function render({ model, el }) {
   // never reads layout; measure() does, first thing in update(), only after a ResizeObserver, a font or a
   // scroll said the layout changed.
   const geom = { dirty: true, k: { tops: [], height: 0, scrollTop: 0 }, q: { tops: [], height: 0, scrollTop: 0 },
-    grid: { gw: 0, gh: 0, at: [] } };
+    grid: { gw: 0, gh: 0, at: [], h: 0, top: 0 } };
   function measureStrip(strip, chips, g) {
     g.height = strip.clientHeight; g.scrollTop = strip.scrollTop;
     if (chips.length <= ALL_AT_MOST) return;
@@ -465,6 +493,7 @@ function render({ model, el }) {
     measureStrip(kStrip, kChips, geom.k); measureStrip(qStrip, qChips, geom.q);
     if (explorer) {
       geom.grid.gw = grid.scrollWidth; geom.grid.gh = grid.scrollHeight; marked = ""; // outlines drawn again
+      geom.grid.h = grid.clientHeight; geom.grid.top = grid.scrollTop;
       geom.grid.at = thumbs.flat().map(([c]) => [c.parentElement.offsetLeft + c.offsetLeft, c.parentElement.offsetTop + c.offsetTop]);
     }
   }
@@ -594,6 +623,7 @@ function render({ model, el }) {
   on(kStrip, "mouseleave", () => setHover(null, null));
   on(kStrip, "scroll", () => { geom.k.scrollTop = kStrip.scrollTop; update(); });
   on(qStrip, "scroll", () => { geom.q.scrollTop = qStrip.scrollTop; update(); });
+  if (explorer) on(grid, "scroll", () => { geom.grid.top = grid.scrollTop; });
   on(kStrip, "click", (ev) => { const j = idx(ev, "j"); if (j !== null) toggleKey(j); });
   on(canvas, "mousemove", (ev) => { const [, i, j] = where(ev); setHover(i, j); });
   on(canvas, "mouseleave", () => setHover(null, null));
@@ -611,7 +641,7 @@ function render({ model, el }) {
   on(pin, "click", () => { model.set("selected", null); model.set("selected_key", null); model.save_changes(); });
   on(root, "keydown", (ev) => {
     const tag = ev.target.tagName;
-    if (tag === "SELECT" || (tag === "BUTTON" && ev.key !== "Escape")) return;
+    if (tag === "SELECT" || ((tag === "BUTTON" || tag === "INPUT") && ev.key !== "Escape")) return;
     const a = activeRow(), b = activeCol();
     const move = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] }[ev.key];
     if (move) {
@@ -630,6 +660,7 @@ function render({ model, el }) {
       update();
     }
   });
+  on(sinkBox, "change", () => save("clip_sink", sinkBox.checked));
   on(scaleSel, "change", () => {
     const choice = scaleSel.value; // read first: setting vmin/vmax redraws and resets the menu
     if (choice === "fixed") { // 0..1 for weights, the current range for raw scores
@@ -652,7 +683,8 @@ function render({ model, el }) {
   const onTitle = () => { titleEl.textContent = model.get("title") || ""; };
   const onScale = () => {
     images.clear(); thumbImages.clear();
-    scaleSel.value = model.get("scale"); drawMap(); if (explorer) drawThumbBases(); update();
+    scaleSel.value = model.get("scale"); sinkBox.checked = !!model.get("clip_sink");
+    drawMap(); if (explorer) drawThumbBases(); update();
   };
   const onLayerHead = () => {
     layerSel.value = String(layer()); headSel.value = String(head()); cur = valsOf(layer(), head()); drawMap(); update();
@@ -664,11 +696,12 @@ function render({ model, el }) {
     drawMap(); update();
   };
   const hooks = [["change:selected", onSelected], ["change:selected_key", onSelected], ["change:title", onTitle],
-    ["change:scale", onScale], ["change:vmin", onScale], ["change:vmax", onScale], ["change:view", onView]];
+    ["change:scale", onScale], ["change:vmin", onScale], ["change:vmax", onScale], ["change:clip_sink", onScale],
+    ["change:view", onView]];
   if (explorer) hooks.push(["change:layer", onLayerHead], ["change:head", onLayerHead]);
   if (lazy) hooks.push(["change:_exact", onExact]);
   hooks.forEach(([ev, f]) => model.on(ev, f));
-  scaleSel.value = model.get("scale");
+  scaleSel.value = model.get("scale"); sinkBox.checked = !!model.get("clip_sink");
   if (explorer) { layerSel.value = String(layer()); headSel.value = String(head()); }
   if (lazy) takeExact();
   cur = valsOf(layer(), head());

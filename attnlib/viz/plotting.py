@@ -20,17 +20,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-__all__ = ["plot_heatmap", "plot_heads", "plot_curves"]
+from .._checks import to_numpy
 
-
-def _to_numpy(x: Any, name: str) -> np.ndarray:
-    """A float NumPy copy of a tensor / array / nested list."""
-    if isinstance(x, torch.Tensor):
-        return x.detach().to("cpu", torch.float64).numpy()
-    try:
-        return np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be a torch.Tensor or a NumPy array of numbers, got {type(x).__name__}") from err
+__all__ = ["plot_heatmap", "plot_heads", "plot_curves", "plot_history"]
 
 
 def _tokens(tokens: Any, expected: int, name: str, shape: tuple[int, ...], axis_desc: str) -> list[str] | None:
@@ -76,7 +68,7 @@ def plot_heatmap(
     Returns:
         The Axes drawn on.
     """
-    w = _to_numpy(weights, "weights")
+    w = to_numpy(weights, "weights")
     if w.ndim != 2:
         hint = "; pick one map, e.g. weights[0, head]" if w.ndim > 2 else ""
         raise ValueError(f"weights must be 2-D (Lq, Lk), got shape {tuple(w.shape)}{hint}")
@@ -132,7 +124,7 @@ def plot_heads(
     Returns:
         The Figure.
     """
-    w = _to_numpy(weights, "weights")
+    w = to_numpy(weights, "weights")
     if w.ndim != 3:
         hint = "; for a batch of maps (B, h, Lq, Lk) pass weights[b]" if w.ndim == 4 else ""
         raise ValueError(f"weights must be 3-D (h, Lq, Lk), got shape {tuple(w.shape)}{hint}")
@@ -240,8 +232,8 @@ def plot_curves(
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for r, (name, run) in enumerate(runs.items()):
         for s, key in enumerate(keys):
-            y = _to_numpy(run[key], f"{key} of run {name!r}" if name else key).ravel()
-            x = _to_numpy(run[xlabel], xlabel).ravel() if xlabel in run else np.arange(1, len(y) + 1)
+            y = to_numpy(run[key], f"{key} of run {name!r}" if name else key).ravel()
+            x = to_numpy(run[xlabel], xlabel).ravel() if xlabel in run else np.arange(1, len(y) + 1)
             if len(x) != len(y):
                 raise ValueError(f"{xlabel!r} has {len(x)} values but {key!r} has {len(y)}")
             label = f"{name} {key}".strip() if len(keys) > 1 or not name else name
@@ -255,3 +247,26 @@ def plot_curves(
     if title is not None:
         ax.set_title(title)
     return ax
+
+
+def plot_history(history: Any, keys: Sequence[str] | str | None = None, ax: Axes | None = None):
+    """Draw a :class:`attnlib.training.History` against its ``epoch`` (or ``step``) entries with :func:`plot_curves`.
+
+    With ``keys`` or ``ax``: those metrics (default: all) on one Axes, which is returned. Without either:
+    the losses on the left and the accuracies on the right (panels with no such metric are left out);
+    returns the Figure.
+    """
+    data = _as_mapping(history, "history")
+    x = "step" if "step" in data else "epoch"
+    if keys is not None or ax is not None:
+        keys = [keys] if isinstance(keys, str) else keys
+        return plot_curves(data, keys=keys or [k for k in data if k != x], ax=ax, xlabel=x)
+    panels = [(title, [k for k in data if word in k]) for title, word in (("loss", "loss"), ("accuracy", "acc"))]
+    panels = [(title, names) for title, names in panels if names]
+    if not panels:
+        raise ValueError(f"no metric named like a loss or an accuracy; logged: {sorted(data)}; pass keys=[...]")
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
+    for a, (title, names) in zip(axes[0], panels):
+        plot_curves(data, keys=names, ax=a, title=title, xlabel=x)
+    fig.tight_layout()
+    return fig
