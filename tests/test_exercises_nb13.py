@@ -135,7 +135,7 @@ def test_13_4_accepts_the_formula():
     (lambda c, t, kv, b=4: cache_right(c, t, kv, 4), "bytes_per_number"),
     (lambda c, t, kv, b=4: cache_right(c, t, kv, b) / 2**20, "not MiB"),
     (lambda c, t, kv, b=4: 2 * c.num_layers * t * kv * c.d_model * b, "head_dim"),
-    (lambda c, t, kv, b=4: 2 * 30 * t * kv * 64 * b, "expected 2 x layers"),   # SmolLM2's sizes hard-coded
+    (lambda c, t, kv, b=4: 2 * 30 * t * kv * 64 * b, "nothing fixed"),   # SmolLM2's sizes hard-coded
     (lambda c, t, kv, b=4: "377 MB", "number of bytes"),
 ])
 def test_13_4_rejects_typical_mistakes(wrong, says):
@@ -197,8 +197,8 @@ def returns_a_copy(attn, head):
 @pytest.mark.parametrize("wrong, says", [
     (zero_value_rows, "share one key/value head"),
     (zero_query_rows, "uniform, not absent"),
-    (zero_output_rows, "columns"),
-    (zero_next_head, "columns"),
+    (zero_output_rows, "output projection"),
+    (zero_next_head, "output projection"),
     (lambda attn, head: None, "did not change"),
     (returns_a_copy, "in place"),
 ])

@@ -102,11 +102,11 @@ def unpermute(answer) -> tuple[bool, str]:
         if torch.equal(got, stored):
             return False, f"the rows came back unchanged {case}"
         if torch.equal(got, permute_rope_rows(stored, num_heads)):
-            return False, (f"you applied the converter's permutation a second time {case}; undo it: each head's even "
-                           "rows first, then its odd rows")
+            return False, (f"you applied the converter's permutation a second time {case}; apply its inverse "
+                           "instead (the row a stored row came from, not where it goes)")
         if torch.equal(got, unpermute_rope_rows(stored, 1)):
             return False, f"you treated the whole matrix as one head {case}; reorder the rows within each head"
-        return False, f"the rows are not back in Hugging Face's order {case}; within each head: rows 0, 2, 4, ..., then 1, 3, 5, ..."
+        return False, f"the rows are not back in Hugging Face's order {case}; each head's rows must be reordered on their own"
     return True, "each head's rows back in the order that rotates halves: even rows first, then odd rows"
 
 
@@ -157,7 +157,8 @@ def kv_cache_bytes(answer) -> tuple[bool, str]:
             return False, f"{where}: give the answer in bytes, not MiB or GiB"
         if got == right * c.num_heads:
             return False, f"{where}: head_dim is d_model / num_heads (64 in SmolLM2), not d_model"
-        return False, f"{where}: expected 2 x layers x tokens x kv heads x head_dim x bytes per number"
+        return False, (f"{where}: not the cache's size. Count what one layer stores for one token (and for which "
+                       "heads), then how many layers, tokens and bytes; read every size from config, nothing fixed")
     return True, "2 x layers x tokens x kv_heads x head_dim x bytes per number, for any model's sizes"
 
 
@@ -194,14 +195,14 @@ def remove_head(answer) -> tuple[bool, str]:
         if silenced:
             group = [j for j in range(h) if j // (h // g) == head // (h // g)]
             return False, (f"you removed every head of the group {group}: they share one key/value head, so its "
-                           f"w_k/w_v rows serve {len(group)} query heads. Remove only head {head}'s part of w_o's input")
+                           f"w_k/w_v rows serve {len(group)} query heads. Remove only head {head}'s own contribution")
         q_rows = slice(head * base.d_k, (head + 1) * base.d_k)
         probe = copy.deepcopy(base)
         with torch.no_grad():
             probe.w_q.weight[q_rows] = 0
             if torch.allclose(got, probe(x, x, x, causal=True)[0], atol=1e-6):
                 return False, (f"zeroing head {head}'s query makes its attention uniform, not absent: it still adds "
-                               "the average of its values. Cut the head's output instead (w_o's input columns)")
-        return False, (f"the output differs from removing head {head} alone (head_mask); head {head}'s output enters "
-                       f"w_o through columns {head * base.d_k}..{(head + 1) * base.d_k - 1} of its weight")
+                               "the average of its values. Remove what the head outputs instead")
+        return False, (f"the output differs from removing head {head} alone (head_mask); follow head {head}'s output "
+                       "to where it enters the layer's output projection")
     return True, "zeroing the head's input columns of w_o removes its output, exactly as head_mask does"
