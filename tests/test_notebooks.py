@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-# Part I is 00-09; Part II is 10-12.
-SERIES = [f"{i:02d}" for i in range(13)]
+# Part I is 00-09; Part II is 10-12; Part III is 13.
+SERIES = [f"{i:02d}" for i in range(14)]
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 PROGRESS = re.compile(r"(\d+)%\|")  # tqdm's "desc:  42%|####      | 5/12 [...]"

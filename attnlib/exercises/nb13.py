@@ -1,0 +1,208 @@
+"""Checkers for notebook 13's exercises (RMSNorm, SwiGLU, undoing the GGUF permutation, the KV cache's size,
+removing a head through its weights). Each checker builds its own small inputs; none needs SmolLM2 loaded."""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..gguf_io import permute_rope_rows, unpermute_rope_rows
+from ..multihead import MultiHeadAttention
+from . import checker
+
+
+def _tensor_answer(fn, *args) -> torch.Tensor:
+    out = fn(*args)
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"it returned {type(out).__name__}, expected a torch.Tensor")
+    return out
+
+
+@checker("13.1")
+def rms_norm(answer) -> tuple[bool, str]:
+    """A function ``rms_norm(x, weight, eps)``: ``x / sqrt(mean(x²) + eps) * weight`` over the last dimension."""
+    if not callable(answer):
+        return False, f"expected a function rms_norm(x, weight, eps), got {type(answer).__name__}"
+    g = torch.Generator().manual_seed(131)
+    x = torch.randn(3, 5, 16, generator=g) * 2 + 1.5                  # a mean far from 0: RMSNorm is not LayerNorm
+    x[0, 0] = 1e-3 * torch.randn(16, generator=g)                     # a tiny row: where eps sits shows
+    weight = torch.rand(16, generator=g) + 0.5
+    eps = 1e-5
+    got = _tensor_answer(answer, x.clone(), weight.clone(), eps)
+    right = F.rms_norm(x, (16,), weight, eps)
+    if got.shape != right.shape:
+        return False, f"the output has shape {tuple(got.shape)}; it must keep the input's shape {tuple(x.shape)}"
+    if torch.allclose(got, right, rtol=1e-4, atol=1e-5):
+        return True, "x divided by its root mean square (eps inside the square root), times the weight: nn.RMSNorm's result"
+    if torch.allclose(got, F.layer_norm(x, (16,), weight, None, eps), rtol=1e-4, atol=1e-5):
+        return False, ("that is LayerNorm (the mean subtracted first): RMSNorm divides x itself by its root mean "
+                       "square")
+    if torch.allclose(got, F.rms_norm(x, (16,), None, eps), rtol=1e-4, atol=1e-5):
+        return False, "the normalisation is right, but multiply by the weight (one scale per feature) at the end"
+    if torch.allclose(got[1:], right[1:], rtol=1e-4, atol=1e-5):
+        return False, ("right on ordinary rows, wrong on a row of tiny numbers: eps goes inside the square root, "
+                       "sqrt(mean(x²) + eps)")
+    if torch.allclose(got, x / x.pow(2).sum(-1, keepdim=True).add(eps).sqrt() * weight, rtol=1e-4, atol=1e-5):
+        return False, "use the mean of x², not the sum (the root MEAN square)"
+    for dim in range(x.dim() - 1):
+        wrong = x / x.pow(2).mean(dim, keepdim=True).add(eps).sqrt() * weight
+        if torch.allclose(got, wrong, rtol=1e-4, atol=1e-5):
+            return False, f"you averaged over dimension {dim}; normalise each token over its features, the last dimension"
+    return False, "not nn.RMSNorm's result: compute x / sqrt(mean(x² over the last dimension) + eps) * weight"
+
+
+@checker("13.2")
+def swiglu(answer) -> tuple[bool, str]:
+    """A function ``swiglu(x, gate_w, up_w, down_w)`` with nn.Linear-style weights ``(out, in)``, no biases."""
+    if not callable(answer):
+        return False, f"expected a function swiglu(x, gate_w, up_w, down_w), got {type(answer).__name__}"
+    g = torch.Generator().manual_seed(132)
+    d, d_ff = 12, 20
+    x = torch.randn(2, 7, d, generator=g)
+    gate_w, up_w, down_w = (torch.randn(d_ff, d, generator=g) / 3, torch.randn(d_ff, d, generator=g) / 3,
+                            torch.randn(d, d_ff, generator=g) / 4)
+    got = _tensor_answer(answer, x.clone(), gate_w.clone(), up_w.clone(), down_w.clone())
+    gate, up = x @ gate_w.T, x @ up_w.T                                 # (2, 7, d_ff) each
+    right = (F.silu(gate) * up) @ down_w.T
+    if got.shape != right.shape:
+        return False, f"the output has shape {tuple(got.shape)}, expected {tuple(right.shape)} (back to d_model)"
+    if torch.allclose(got, right, rtol=1e-4, atol=1e-5):
+        return True, "down(SiLU(gate(x)) * up(x)): the gate decides, per hidden unit, how much of up(x) passes"
+    mistakes = {
+        "SiLU is applied to the gate, not to up(x): down(SiLU(gate(x)) * up(x))": (gate * F.silu(up)) @ down_w.T,
+        "that is GLU with a sigmoid gate; SwiGLU uses SiLU(z) = z * sigmoid(z)": (torch.sigmoid(gate) * up) @ down_w.T,
+        "that is a ReLU gate (ReGLU); SwiGLU uses SiLU": (F.relu(gate) * up) @ down_w.T,
+        "there is no gate: multiply SiLU(gate(x)) by up(x) element by element": F.silu(up) @ down_w.T,
+        "the gate is missing: multiply SiLU(gate(x)) by up(x)": F.silu(gate) @ down_w.T,
+        "the gate is GELU here; SwiGLU uses SiLU": (F.gelu(gate) * up) @ down_w.T,
+    }
+    for message, wrong in mistakes.items():
+        if wrong.shape == got.shape and torch.allclose(got, wrong, rtol=1e-4, atol=1e-5):
+            return False, message
+    return False, "not down(SiLU(gate(x)) * up(x)); the weights are (out, in) as in nn.Linear, so use x @ W.T"
+
+
+@checker("13.3")
+def unpermute(answer) -> tuple[bool, str]:
+    """A function ``unpermute(w, num_heads)`` that undoes llama.cpp's reordering of a query/key weight's rows."""
+    if not callable(answer):
+        return False, f"expected a function unpermute(w, num_heads), got {type(answer).__name__}"
+    g = torch.Generator().manual_seed(133)
+    for num_heads, head_dim, d_in in [(3, 8, 5), (2, 64, 7), (9, 16, 4)]:
+        original = torch.randn(num_heads * head_dim, d_in, generator=g)   # rows in Hugging Face's order
+        stored = permute_rope_rows(original, num_heads)                  # as the GGUF file holds them
+        got = _tensor_answer(answer, stored.clone(), num_heads)
+        if got.shape != original.shape:
+            return False, f"unpermute returned shape {tuple(got.shape)} for a weight of shape {tuple(stored.shape)}"
+        if torch.equal(got, original):
+            continue
+        case = f"(num_heads={num_heads}, head_dim={head_dim})"
+        if torch.equal(got, stored):
+            return False, f"the rows came back unchanged {case}"
+        if torch.equal(got, permute_rope_rows(stored, num_heads)):
+            return False, (f"you applied the converter's permutation a second time {case}; apply its inverse "
+                           "instead (the row a stored row came from, not where it goes)")
+        if torch.equal(got, unpermute_rope_rows(stored, 1)):
+            return False, f"you treated the whole matrix as one head {case}; reorder the rows within each head"
+        return False, f"the rows are not back in Hugging Face's order {case}; each head's rows must be reordered on their own"
+    return True, "each head's rows back in the order that rotates halves: even rows first, then odd rows"
+
+
+@dataclass(frozen=True)
+class _Sizes:
+    """The fields of SmolLM2Config the cache depends on (a stand-in for another model's config)."""
+
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    d_model: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+
+def _cache_bytes(c, tokens: int, kv_heads: int, nbytes: int) -> int:
+    return 2 * c.num_layers * tokens * kv_heads * c.head_dim * nbytes
+
+
+@checker("13.4")
+def kv_cache_bytes(answer) -> tuple[bool, str]:
+    """A function ``kv_cache_bytes(config, tokens, kv_heads, bytes_per_number=4)``: one sequence's cache."""
+    if not callable(answer):
+        return False, f"expected a function kv_cache_bytes(config, tokens, kv_heads, bytes_per_number=4), got {type(answer).__name__}"
+    from ..smollm2 import SmolLM2Config
+
+    cases = [(SmolLM2Config(), 8192, 3, 4), (SmolLM2Config(), 8192, 9, 4), (SmolLM2Config(), 100, 3, 2),
+             (_Sizes(num_layers=32, num_heads=32, num_kv_heads=8, d_model=4096), 8192, 8, 2)]
+    for c, tokens, kv, nbytes in cases:
+        right = _cache_bytes(c, tokens, kv, nbytes)
+        got = answer(c, tokens, kv, nbytes)
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            return False, f"kv_cache_bytes returned {type(got).__name__}; return a number of bytes"
+        if got == right:
+            continue
+        where = f"for {c.num_layers} layers, {tokens} tokens, {kv} kv heads, {nbytes} bytes per number"
+        if got == right / 2:
+            return False, f"half the right size {where}: the cache holds keys AND values (x 2)"
+        if got == right * c.num_heads / kv:
+            return False, f"{where}: you counted the {c.num_heads} query heads; only the kv heads are cached"
+        if got == right * 8:
+            return False, f"{where}: that counts bits; give bytes"
+        if nbytes != 4 and got == right * 4 / nbytes:
+            return False, f"{where}: use bytes_per_number (here {nbytes}), not always 4"
+        if got in (right / 2**20, right / 2**30, right / 1e6, right / 1e9):
+            return False, f"{where}: give the answer in bytes, not MiB or GiB"
+        if got == right * c.num_heads:
+            return False, f"{where}: head_dim is d_model / num_heads (64 in SmolLM2), not d_model"
+        return False, (f"{where}: not the cache's size. Count what one layer stores for one token (and for which "
+                       "heads), then how many layers, tokens and bytes; read every size from config, nothing fixed")
+    return True, "2 x layers x tokens x kv_heads x head_dim x bytes per number, for any model's sizes"
+
+
+@checker("13.5")
+def remove_head(answer) -> tuple[bool, str]:
+    """A function ``remove_head(attn, head)`` that changes ``attn``'s weights in place so that query head
+    ``head`` contributes nothing, exactly as ``head_mask`` with a 0 for that head does; every other head intact."""
+    if not callable(answer):
+        return False, f"expected a function remove_head(attn, head), got {type(answer).__name__}"
+    h, g, d = 6, 2, 48                                               # 6 query heads sharing 2 key/value heads
+    with torch.random.fork_rng():                                    # the notebook's random state stays untouched
+        torch.manual_seed(135)
+        base = MultiHeadAttention(d, h, bias=False, num_kv_heads=g).eval()
+        x = torch.randn(2, 9, d)
+    for head in (0, 4):
+        attn = copy.deepcopy(base)
+        result = answer(attn, head)
+        if result is not None and result is not attn:
+            return False, "remove_head should change attn in place (return None or attn itself)"
+        with torch.no_grad():
+            got = attn(x, x, x, causal=True)[0]
+            keep = torch.ones(h)
+            keep[head] = 0
+            right = base(x, x, x, causal=True, head_mask=keep)[0]
+        if torch.allclose(got, right, atol=1e-6):
+            continue
+        with torch.no_grad():
+            unchanged = torch.allclose(got, base(x, x, x, causal=True)[0], atol=1e-6)
+            silenced = [i for i in range(h) if torch.allclose(
+                got, base(x, x, x, causal=True, head_mask=torch.tensor([0.0 if j // (h // g) == i // (h // g) else 1.0
+                                                                         for j in range(h)]))[0], atol=1e-6)]
+        if unchanged:
+            return False, f"the output did not change: head {head} still contributes"
+        if silenced:
+            group = [j for j in range(h) if j // (h // g) == head // (h // g)]
+            return False, (f"you removed every head of the group {group}: they share one key/value head, so its "
+                           f"w_k/w_v rows serve {len(group)} query heads. Remove only head {head}'s own contribution")
+        q_rows = slice(head * base.d_k, (head + 1) * base.d_k)
+        probe = copy.deepcopy(base)
+        with torch.no_grad():
+            probe.w_q.weight[q_rows] = 0
+            if torch.allclose(got, probe(x, x, x, causal=True)[0], atol=1e-6):
+                return False, (f"zeroing head {head}'s query makes its attention uniform, not absent: it still adds "
+                               "the average of its values. Remove what the head outputs instead")
+        return False, (f"the output differs from removing head {head} alone (head_mask); follow head {head}'s output "
+                       "to where it enters the layer's output projection")
+    return True, "zeroing the head's input columns of w_o removes its output, exactly as head_mask does"
