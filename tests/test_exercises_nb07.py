@@ -1,8 +1,12 @@
 """Notebook 07's checkers reject the usual mistakes and accept the right answers."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
+
+import attnlib
 
 from attnlib.exercises import check
 
@@ -49,20 +53,49 @@ def test_72_accepts():
     assert check("7.2", family()[torch.randperm(1080)], quiet=True)  # any order
 
 
-def right_post_norm(block, x):
-    x = block.norm1(x + block.attn(x, x, x)[0])
-    return block.norm2(x + block.ff(x))
+def right_lr(s, steps, peak, warmup):
+    ramp = min(1.0, (s + 1) / warmup) if warmup else 1.0
+    return peak * ramp * 0.5 * (1 + math.cos(math.pi * s / steps))
+
+
+def test_73_reference_is_the_rate_train_steps_uses():
+    """The checker's rates against the optimiser of attnlib.train_steps: the rate used at step s is the history's
+    lr after step s - 1 (and the peak times the first factor before step 0)."""
+    from attnlib.exercises.nb07 import _rate_used
+
+    def batch(n, generator):
+        return torch.randint(0, 3, (n, 4), generator=generator), torch.randint(0, 3, (n, 4), generator=generator)
+
+    for steps, warmup in ((12, 5), (9, 0)):
+        torch.manual_seed(0)
+        history = attnlib.train_steps(torch.nn.Embedding(3, 3), batch, steps=steps, lr=0.1, batch_size=2,
+                                      warmup=warmup, progress=False)
+        for s in range(1, steps):
+            assert math.isclose(history["lr"][s - 1], _rate_used(s, steps, 0.1, warmup), rel_tol=1e-9)
+
+
+def _piecewise(s, steps, peak, warmup):
+    if warmup and s < warmup:
+        return peak * (s + 1) / warmup
+    return peak * 0.5 * (1 + math.cos(math.pi * (s - warmup) / (steps - warmup)))
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (lambda b, x: (lambda y: y + b.ff(b.norm2(y)))(x + b.attn(*(b.norm1(x),) * 3)[0]), "pre-norm"),
-    (lambda b, x: b.norm2(b.ff(b.norm1(b.attn(x, x, x)[0]))), "residual"),
-    (lambda b, x: b.norm2(b.norm1(x + b.attn(x, x, x)[0]) + b.ff(x)), "differs"),
+    (lambda s, n, p, w: right_lr(s, n, 1.0, w), "multiply by peak"),
+    (lambda s, n, p, w: right_lr(s + 1, n, p, w), "off by one"),
+    (lambda s, n, p, w: p * (min(1.0, s / w) if w else 1.0) * 0.5 * (1 + math.cos(math.pi * s / n)), "rate of 0"),
+    (lambda s, n, p, w: p * 0.5 * (1 + math.cos(math.pi * s / n)), "warm-up is missing"),
+    (_piecewise, "remaining steps"),
+    (lambda s, n, p, w: p * min(1.0, (s + 1) / w) * 0.5 * (1 + math.cos(math.pi * s / n)), "divides by zero"),
+    (lambda s, n, p, w: p * 0.5 * (1 + math.cos(math.pi * (s + 1) / n)) * min(1.0, (s + 1) / w) if w else p, "not the rate"),
+    (lambda s, n, p, w: "fast", "should return a number"),
+    (0.02, "expected a function"),
 ])
 def test_73_rejects(wrong, says):
     verdict = check("7.3", wrong, quiet=True)
-    assert verdict.ok is False and says in verdict.message
+    assert verdict.ok is False and says in verdict.message, verdict.message
 
 
 def test_73_accepts():
-    assert check("7.3", right_post_norm, quiet=True)
+    assert check("7.3", right_lr, quiet=True)
+    assert check("7.3", lambda s, n, p, w: torch.tensor(right_lr(s, n, p, w)), quiet=True)   # a 0-d tensor is fine

@@ -1,5 +1,7 @@
-"""Checkers for notebook 07's exercises (parameter count, an exhaustive family of inputs, post-norm by hand)."""
+"""Checkers for notebook 07's exercises (parameter count, an exhaustive family of inputs, the warm-up schedule)."""
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -56,34 +58,63 @@ def one_odd_digit_family(answer, length: int = 12) -> tuple[bool, str]:
     return True, f"all {n} inputs, each once"
 
 
-@checker("7.3")
-def post_norm_by_hand(answer) -> tuple[bool, str]:
-    """``answer(block, x) -> (B, L, d)``: a post-norm TransformerBlock's output from its submodules."""
-    from attnlib.transformer import TransformerBlock
+#: The runs the 7.3 check compares: (steps, peak, warmup).
+SCHEDULE_RUNS = ((60, 2e-2, 20), (100, 1e-3, 0), (50, 0.5, 7))
 
-    problem = callable_problem(answer, "a function post_norm_forward(block, x)")
+
+def _rate_used(step: int, steps: int, peak: float, warmup: int) -> float:
+    """The learning rate ``attnlib.train_steps`` (schedule "cosine") uses at step ``step`` (0 = the first step).
+
+    tests/test_exercises_nb07.py checks this against the optimiser of ``train_steps`` itself."""
+    ramp = min(1.0, (step + 1) / warmup) if warmup else 1.0
+    return peak * ramp * 0.5 * (1 + math.cos(math.pi * step / steps))
+
+
+def _schedule_mistake(answer, steps: int, peak: float, warmup: int) -> str | None:
+    """Name the usual mistake that ``answer`` matches on this run, or None."""
+    def same(rule) -> bool:
+        return all(math.isclose(float(answer(s, steps, peak, warmup)), rule(s), rel_tol=1e-6, abs_tol=1e-12)
+                   for s in range(steps))
+
+    cosine = lambda s: 0.5 * (1 + math.cos(math.pi * s / steps))  # noqa: E731
+    ramp = lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0  # noqa: E731
+    if same(lambda s: _rate_used(s, steps, 1.0, warmup)):
+        return "these are shares of the peak; multiply by peak to get the learning rate"
+    if same(lambda s: _rate_used(s + 1, steps, peak, warmup)):
+        return ("off by one step: yours is the rate of the next step (what the history records after each step); "
+                "step 0 is the first step")
+    if warmup and same(lambda s: peak * min(1.0, s / warmup) * cosine(s)):
+        return "with your ramp the first step has a learning rate of 0, so it changes nothing; the ramp is 1/warmup there"
+    if warmup and same(lambda s: peak * cosine(s)):
+        return "the warm-up is missing: over the first warmup steps the rate climbs to the cosine"
+    if warmup and same(lambda s: peak * ramp(s) if s < warmup else
+                       peak * 0.5 * (1 + math.cos(math.pi * (s - warmup) / (steps - warmup)))):
+        return ("a warm-up followed by a cosine over the remaining steps is a common schedule, but not this one: here "
+                "the cosine runs over all the steps from step 0, and the ramp scales it")
+    return None
+
+
+@checker("7.3")
+def warmup_schedule(answer) -> tuple[bool, str]:
+    """``answer(step, steps, peak, warmup) -> float``: the learning rate train_steps uses at ``step`` (0 = first)."""
+    problem = callable_problem(answer, "a function lr_at(step, steps, peak, warmup)")
     if problem:
         return False, problem
-    torch.manual_seed(0)
-    block = TransformerBlock(16, 2, 32, dropout=0.0, norm_first=False).eval()
-    with torch.no_grad():
-        for p in block.parameters():  # LayerNorms start as identity maps; perturb them so mistakes show
-            p.add_(0.1 * torch.randn_like(p))
-        x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(0))
-        right = block(x)
-        got = answer(block, x)
-        problem = tensor_problem(got, (2, 5, 16), what="the output")
-        if problem:
-            return False, problem
-        block.norm_first = True
-        pre = block(x)
-        block.norm_first = False
-        a = block.attn(x, x, x)[0]
-        no_residual = block.norm2(block.ff(block.norm1(a)))
-    if torch.allclose(got, right, atol=1e-5):
-        return True, "x = norm1(x + attn(x)); x = norm2(x + ff(x))"
-    if torch.allclose(got, pre, atol=1e-5):
-        return False, "that is pre-norm (normalise, sublayer, add); post-norm adds first and normalises the sum"
-    if torch.allclose(got, no_residual, atol=1e-5):
-        return False, "the residual connections are missing: add the sublayer's input to its output before the norm"
-    return False, "the output differs from block(x): x = norm1(x + attn(x, x, x)[0]), then x = norm2(x + ff(x))"
+    for steps, peak, warmup in SCHEDULE_RUNS:
+        try:
+            got = [float(answer(s, steps, peak, warmup)) for s in range(steps)]
+        except ZeroDivisionError:
+            return False, f"lr_at(..., warmup={warmup}) divides by zero: warmup=0 means no warm-up at all"
+        except (TypeError, ValueError) as err:
+            return False, f"lr_at(step, steps, peak, warmup) should return a number; it raised {type(err).__name__}: {err}"
+        wrong = [s for s in range(steps)
+                 if not math.isclose(got[s], _rate_used(s, steps, peak, warmup), rel_tol=1e-6, abs_tol=1e-12)]
+        if not wrong:
+            continue
+        mistake = _schedule_mistake(answer, steps, peak, warmup)
+        if mistake:
+            return False, mistake
+        return False, (f"with steps={steps}, peak={peak}, warmup={warmup}, step {wrong[0]} gets {got[wrong[0]]:.4g}, "
+                       f"which is not the rate the optimiser uses there ({len(wrong)} of {steps} steps differ)")
+    return True, ("the rate of every step of three runs, with and without warm-up: the ramp scales a cosine that "
+                  "runs over all the steps")

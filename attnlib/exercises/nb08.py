@@ -1,6 +1,7 @@
-"""Checkers for notebook 08: the guided task "which head does X?" (8.1, it reports the rank of the learner's
-choice) and the three exercises at the end (8.2 an explorer of any input, 8.3 the answer head's hit rate,
-8.4 where the invented century digits of a date look)."""
+"""Checkers for notebook 08: the guided tasks "which head does X?" (8.1 the answer head, 8.2 the head that changes
+least with the digits: every head that one input cannot tell from the best is accepted) and the three exercises at
+the end (8.3 an explorer of any input, 8.4 the answer head's hit rate, 8.5 where the invented century digits of a
+date look)."""
 from __future__ import annotations
 
 import numbers
@@ -25,25 +26,61 @@ def _choice(answer: Any, scores: torch.Tensor) -> tuple[int, int]:
     return layer, head
 
 
-def _rank(scores: torch.Tensor, layer: int, head: int, lowest_first: bool) -> int:
-    """1 = the best head; ties share the better rank."""
-    s = scores if lowest_first else -scores
-    return 1 + int((s < s[layer, head]).sum())
+#: A head counts as a right answer when it is the best head on at least one probe input in this many: the
+#: explorer shows one input at a time, and one input cannot tell such heads apart.
+ONE_INPUT_IN = 20
+
+
+def _wins(per_input: torch.Tensor, highest: bool) -> torch.Tensor:
+    """``per_input (N, layers, heads)`` -> ``(layers, heads)``: the share of the N inputs on which each head is the best."""
+    flat = per_input.flatten(1)                                                     # (N, layers * heads)
+    best = flat.argmax(1) if highest else flat.argmin(1)
+    return (torch.bincount(best, minlength=flat.shape[1]).float() / flat.shape[0]).reshape(per_input.shape[1:])
+
+
+def _probe_scores(W: torch.Tensor, probe: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Per input and head: the weight on the answer (Task A) and how far the map moves from the head's mean map
+    (Task B), each ``(N, layers, heads)``; and the weight on the answer that even spreading gives."""
+    W = W.float()
+    holds = (probe.sort(dim=1).values[:, :, None] == probe[:, None, :]).float()   # (N, query, key)
+    on_answer = (W * holds[:, None, None]).sum(-1).mean(-1)                      # (N, layers, heads)
+    change = 0.5 * (W - W.mean(0)).abs().sum(-1).mean(-1)                        # (N, layers, heads): total variation
+    return on_answer, change, holds.mean().item()
 
 
 @checker("8.1")
-def positional_head(answer: Any, *, content_dependence: torch.Tensor) -> tuple[bool, str]:
-    """Task B: the head whose maps change least when the digits change (lowest ``content_dependence``)."""
-    layer, head = _choice(answer, content_dependence)
-    n = content_dependence.numel()
-    rank = _rank(content_dependence, layer, head, lowest_first=True)
-    score, best = content_dependence[layer, head].item(), content_dependence.min().item()
-    where = f"layer {layer}, head {head} changes by {score:.3f} on average and ranks {rank} of {n} (1 = changes least)"
-    if rank == 1:
-        return True, f"{where}; its map is almost the same whatever the digits"
-    if rank == n:
+def answer_head(answer: Any, *, W: torch.Tensor, probe: torch.Tensor) -> tuple[bool, str]:
+    """Task A: a head that puts the most weight on the key(s) holding the digit each position must output.
+
+    ``W (N, layers, heads, L, L)``: the probe maps; ``probe (N, L)``: the probe digits. Every head that is the best
+    on at least one input in ``ONE_INPUT_IN`` is accepted."""
+    on_answer, _, chance = _probe_scores(W, probe)
+    layer, head = _choice(answer, on_answer[0])
+    share, mean = _wins(on_answer, highest=True)[layer, head].item(), on_answer.mean(0)[layer, head].item()
+    where = (f"layer {layer}, head {head} puts {mean:.3f} of its weight on the answer on average (even spreading: "
+             f"{chance:.3f}) and has the most of all heads on {share:.1%} of the {len(W):,} inputs")
+    if share >= 1 / ONE_INPUT_IN:
+        return True, f"{where}: one input can show it as the answer head"
+    if mean < chance * 1.2:
+        return False, f"{where}: it reads the answer little more than a head that spreads its weight evenly"
+    return False, f"{where}: another head beats it on almost every input; pin a few queries and compare the heads"
+
+
+@checker("8.2")
+def digit_blind_head(answer: Any, *, W: torch.Tensor, probe: torch.Tensor) -> tuple[bool, str]:
+    """Task B: a head whose map changes least when the digits change (its maps stay closest to its mean map).
+
+    Every head that changes least on at least one input in ``ONE_INPUT_IN`` is accepted."""
+    _, change, _ = _probe_scores(W, probe)
+    layer, head = _choice(answer, change[0])
+    share, mean = _wins(change, highest=False)[layer, head].item(), change.mean(0)
+    where = (f"layer {layer}, head {head} moves {mean[layer, head]:.3f} of its weight away from its mean map on "
+             f"average and changes least of all heads on {share:.1%} of the {len(W):,} inputs")
+    if share >= 1 / ONE_INPUT_IN:
+        return True, f"{where}: one input cannot tell it from the other heads that change least"
+    if mean[layer, head] == mean.max():
         return False, f"{where}: that is the head that depends MOST on the digits; Task B asks for the least"
-    return False, f"{where}; the best head changes by only {best:.3f}: look for a difference map that stays pale"
+    return False, f"{where}: look for a difference map that stays pale"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -57,7 +94,7 @@ def _sorter_maps(sorter, digits: list[int]) -> torch.Tensor:
     return torch.stack([m[0] for m in maps]).float()
 
 
-@checker("8.2")
+@checker("8.3")
 def explore_any_input(answer: Any, *, sorter) -> tuple[bool, str]:
     """Exercise 1: a function ``text -> AttentionExplorer`` of the sorter's attention on the digits of ``text``.
 
@@ -112,7 +149,7 @@ def _top_key_rates(W: torch.Tensor, holds: torch.Tensor) -> torch.Tensor:
     return table.gather(-1, top[..., None]).squeeze(-1).float().mean(dim=(0, 3))   # (layers, heads)
 
 
-@checker("8.3")
+@checker("8.4")
 def answer_head_hit_rate(answer: Any, *, W: torch.Tensor, probe: torch.Tensor) -> tuple[bool, str]:
     """Exercise 2: the share of (input, query) rows whose most attended key, in the Task A head, holds the answer.
 
@@ -192,7 +229,7 @@ def _pair(item: Any, p: int, n_keys: int) -> tuple[int, float] | str:
     return j, w
 
 
-@checker("8.4")
+@checker("8.5")
 def invented_digits(answer: Any, *, dater, src_vocab, text: str) -> tuple[bool, str]:
     """Exercise 3: for the first two output digits of ``text``, ``[(input position, weight), (input position, weight)]``
     of the input character each reads most (its largest attention weight)."""
