@@ -1,4 +1,4 @@
-"""Checkers for notebook 00's exercises (the mask convention, shapes and parameter counts).
+"""Checkers for notebook 00's exercises (a decoder's mask over a padded batch, a block's parameter count, PyTorch's float mask).
 
 ``tensor_problem`` is shared by the other notebooks' checkers: it names what is wrong with
 an answer that should be a tensor of a given shape (and dtype), or returns None.
@@ -32,102 +32,120 @@ def callable_problem(answer: Any, what: str = "a function") -> str | None:
     return None
 
 
+def _combined_mask_truth(lengths=(6, 4), L: int = 6) -> torch.Tensor:
+    """The (B, 1, L, L) mask of a causal decoder over a padded batch: key j <= query i, and key j is real."""
+    causal = torch.ones(L, L, dtype=torch.bool).tril()
+    real = torch.arange(L)[None, :] < torch.tensor(lengths)[:, None]  # (B, L)
+    return causal & real[:, None, None, :]
+
+
 @checker("0.1")
-def causal_mask_6(answer) -> tuple[bool, str]:
-    """A (6, 6) bool causal mask, True = may attend."""
-    problem = tensor_problem(answer, (6, 6))
+def causal_and_padding_mask(answer) -> tuple[bool, str]:
+    """One bool mask for a causal self-attention over 2 sequences of 6 and 4 tokens padded to 6.
+
+    It must broadcast to (B=2, heads, 6, 6): a query sees itself and earlier keys, never a padding
+    key. The rows of the two padding queries of sequence 2 may also be all False (their outputs are
+    thrown away; with the causal part, masking the padding on the queries gives exactly that):
+    the learner's evidence cannot tell those answers apart.
+    """
+    problem = tensor_problem(answer, what="the mask")
     if problem:
         return False, problem
     if answer.dtype != torch.bool:
-        return False, f"expected dtype torch.bool (True = may attend), got {answer.dtype}"
-    right = torch.ones(6, 6, dtype=torch.bool).tril()
-    if torch.equal(answer, ~right):
-        return False, "the polarity is inverted: in attnlib True means 'may attend'"
-    if torch.equal(answer, right.T):
-        return False, "this is the transpose: row i is query i, and it may see keys 0..i (the past), not i..5"
-    if torch.equal(answer, torch.ones(6, 6, dtype=torch.bool).tril(-1)):
-        return False, "the diagonal is masked: a token may attend to itself"
-    wrong = (answer != right).nonzero()
-    if len(wrong):
-        i, j = wrong[0].tolist()
-        what = "may see the future token" if j > i else "is blocked from the earlier token"
-        return False, f"row {i} {what} {j}"
-    return True, "each token sees itself and everything before it"
-
-
-@checker("0.2")
-def mha_shapes_and_count(answer) -> tuple[bool, str]:
-    """Predicted facts about MultiHeadAttention(d_model=64, num_heads=8) on x of shape (3, 10, 64).
-
-    ``answer`` is a dict with keys "output", "weights" (shapes as tuples), "d_k" and "parameters" (ints).
-    """
-    from attnlib.multihead import MultiHeadAttention
-
-    keys = {"output", "weights", "d_k", "parameters"}
-    if not isinstance(answer, dict) or set(answer) != keys:
-        got = sorted(answer) if isinstance(answer, dict) else type(answer).__name__
-        return False, f"expected a dict with the keys {sorted(keys)}, got {got}"
-    mha = MultiHeadAttention(d_model=64, num_heads=8)
-    with torch.no_grad():
-        out, weights = mha(*(torch.zeros(3, 10, 64),) * 3)
-    truth = {"output": tuple(out.shape), "weights": tuple(weights.shape), "d_k": mha.d_k,
-             "parameters": sum(p.numel() for p in mha.parameters())}
-    for key in ("output", "weights"):
-        got = tuple(answer[key]) if isinstance(answer[key], (tuple, list, torch.Size)) else answer[key]
-        if got != truth[key]:
-            if key == "weights" and got == (3, 10, 10):
-                return False, "the weights keep one (Lq, Lk) map per head: their shape has a heads axis"
-            if key == "weights" and got == (3, 8, 10, 8):
-                return False, "the weights are (B, heads, Lq, Lk): one weight per query and key, not per dimension"
-            return False, f"the {key} shape {got} is not right; run the module and look at .shape"
-    if answer["d_k"] != truth["d_k"]:
-        return False, f"d_k = {answer['d_k']} is not right: each head gets d_model / num_heads dimensions"
-    n = answer["parameters"]
-    if n != truth["parameters"]:
-        if n == 4 * 64 * 64:
-            return False, "you counted the four 64 x 64 matrices but not their biases (64 each)"
-        if n in (8 * (4 * 64 * 8 + 4 * 8), 8 * 4 * (64 * 64 + 64)):
-            return False, "the heads do not have their own full matrices: they share four d_model x d_model projections"
-        return False, f"{n} parameters is not right: count W_q, W_k, W_v, W_o and their biases"
-    return True, f"output {truth['output']}, weights {truth['weights']}, d_k {truth['d_k']}, {truth['parameters']:,} parameters"
-
-
-@checker("0.3")
-def padding_mask_for_mha(answer) -> tuple[bool, str]:
-    """A mask for a batch of 2 sentences of 6 and 3 tokens padded to 6, broadcasting to (2, heads, 6, 6)."""
-    problem = tensor_problem(answer, dtype=torch.bool, what="the mask")
-    if problem:
-        return False, problem
+        return False, f"expected a bool mask (True = may attend), got dtype {answer.dtype}"
     if answer.dim() != 4:
-        return False, (f"the mask has shape {tuple(answer.shape)}; give it four axes (B, heads, Lq, Lk), "
-                       "with size 1 where it is the same for all, e.g. (2, 1, 1, 6)")
+        return False, (f"the mask has shape {tuple(answer.shape)}; MultiHeadAttention takes a 2-D (Lq, Lk) mask or a "
+                       "4-D (B, heads, Lq, Lk) one: give it four axes, with size 1 where it is the same for all")
     try:
         full = answer.expand(2, 2, 6, 6)
     except RuntimeError:
         return False, f"a mask of shape {tuple(answer.shape)} does not broadcast to (B=2, heads=2, Lq=6, Lk=6)"
-    keep = torch.tensor([[True] * 6, [True] * 3 + [False] * 3])
-    right = keep[:, None, None, :].expand(2, 2, 6, 6)
+    right = _combined_mask_truth().expand(2, 2, 6, 6)
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    real = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
     if torch.equal(full, ~right):
-        return False, "the polarity is inverted: True means 'may attend', so the real tokens are True"
-    if torch.equal(full, keep[:, None, :, None].expand(2, 2, 6, 6)):
-        return False, "you masked the queries (rows) instead of the keys (columns): the padding must not be attended TO"
-    if torch.equal(full, torch.tensor([[True] * 6, [True] * 4 + [False] * 2])[:, None, None, :].expand(2, 2, 6, 6)):
-        return False, "off by one: sentence 2 has 3 real tokens, positions 0, 1 and 2"
-    if not torch.equal(full, right):
+        return False, "the polarity is inverted: True means 'may attend'"
+    if torch.equal(full, causal.expand(2, 2, 6, 6)):
+        return False, "this is the causal mask alone: sequence 2's queries can still attend to its padding keys"
+    if torch.equal(full, real[:, None, None, :].expand(2, 2, 6, 6)):
+        return False, "this is the padding mask alone: every query can still see later tokens"
+    if torch.equal(full, (causal | real[:, None, None, :]).expand(2, 2, 6, 6)):
+        return False, "you joined the two masks with 'or': a key must be allowed by both (earlier AND real)"
+    if torch.equal(full, (causal.T & real[:, None, None, :]).expand(2, 2, 6, 6)):
+        return False, "the causal part is transposed: row i is query i, and it may see keys 0..i, not i..5"
+    if torch.equal(full, _combined_mask_truth((6, 3)).expand(2, 2, 6, 6)) or torch.equal(
+            full, _combined_mask_truth((6, 5)).expand(2, 2, 6, 6)):
+        return False, "off by one: sequence 2 has 4 real tokens, positions 0 to 3"
+    padded_queries_blocked = right.clone()
+    padded_queries_blocked[1, :, 4:] = False  # sequence 2's two padding queries attend to nothing
+    if not (torch.equal(full, right) or torch.equal(full, padded_queries_blocked)):
         b, h, q, k = (full != right).nonzero()[0].tolist()
-        return False, f"sentence {b + 1}, query {q}: key {k} should be {bool(right[b, h, q, k])}"
+        what = "may not" if full[b, h, q, k] else "may"
+        return False, f"sequence {b + 1}, query {q}: it {what} attend to key {k} in your mask, but it should be the other way"
     from attnlib.multihead import MultiHeadAttention
 
-    x = torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 6, 8, generator=gen)
+    mha = MultiHeadAttention(d_model=8, num_heads=2)
     with torch.no_grad():
-        _, w = MultiHeadAttention(d_model=8, num_heads=2)(x, x, x, mask=answer)
-    return True, f"weight on the padding of sentence 2 is {w[1, :, :, 3:].sum().item():.1f} in every head"
+        _, w = mha(x, x, x, mask=answer)
+    on_padding = w[1, :, :, 4:].abs().sum().item()
+    on_future = (w * ~causal).abs().sum().item()
+    if on_padding or on_future:
+        return False, f"with your mask some weight still falls on padding ({on_padding:.3f}) or on later keys ({on_future:.3f})"
+    return True, "in a 2-head MultiHeadAttention with your mask, no weight falls on a later key or on a padding key"
 
 
-@checker("0.4")
-def to_pytorch_mask(answer: Callable) -> tuple[bool, str]:
-    """A function turning an attnlib mask (True = may attend) into nn.MultiheadAttention's (True = blocked)."""
-    problem = callable_problem(answer, "a function to_pytorch_mask(mask)")
+def _block_params(d: int, d_ff: int) -> int:
+    return 4 * (d * d + d) + (d * d_ff + d_ff) + (d_ff * d + d) + 2 * 2 * d
+
+
+@checker("0.2")
+def block_parameter_formula(answer: Callable) -> tuple[bool, str]:
+    """``answer(d_model, num_heads, d_ff) -> int``: the parameters of TransformerBlock(d_model, num_heads, d_ff)."""
+    from attnlib.transformer import TransformerBlock
+
+    problem = callable_problem(answer, "a function block_params(d_model, num_heads, d_ff)")
+    if problem:
+        return False, problem
+    try:
+        heads_matter = int(answer(48, 3, 100)) != int(answer(48, 12, 100))
+    except (TypeError, ValueError) as err:
+        return False, f"block_params(48, 3, 100) did not give a whole number: {err}"
+    if heads_matter:
+        return False, ("your count changes with the number of heads: the heads share four d_model x d_model "
+                       "projections, so the head count does not change the total")
+    for d, h, d_ff in ((16, 4, 32), (64, 8, 256), (48, 3, 100)):
+        counted = sum(p.numel() for p in TransformerBlock(d, h, d_ff, dropout=0.0).parameters())
+        try:
+            got = int(answer(d, h, d_ff))
+        except (TypeError, ValueError) as err:
+            return False, f"block_params({d}, {h}, {d_ff}) did not give a whole number: {err}"
+        if got == counted:
+            continue
+        where = f"d_model={d}, num_heads={h}, d_ff={d_ff}"
+        if got == counted - 4 * d:
+            return False, f"{where}: the two LayerNorms are missing (each has a weight and a bias of d_model)"
+        if got == counted - 2 * d:
+            return False, f"{where}: you counted one LayerNorm; the block has two, one after attention and one after the feed-forward network"
+        if got in (4 * d * d + 2 * d * d_ff, 4 * d * d + 2 * d * d_ff + 2 * d, 4 * d * d + 2 * d * d_ff + 4 * d):
+            return False, f"{where}: the biases are missing; every nn.Linear and LayerNorm here has one"
+        if got == counted - d * d - d:
+            return False, f"{where}: three attention matrices counted; the output projection W_o is a fourth"
+        if got == counted - (d_ff * d + d) or got == counted - (d * d_ff + d_ff):
+            return False, f"{where}: the feed-forward network has two layers, d_model -> d_ff and d_ff -> d_model"
+        return False, f"{where}: your formula gives {got:,}, which is not the block's count; list its layers and count each"
+    return True, "the formula matches the block's numel for three sizes; the number of heads does not enter it"
+
+
+@checker("0.3")
+def additive_mask(answer: Callable) -> tuple[bool, str]:
+    """``answer(mask) -> float mask``: 0 where attnlib's bool mask allows, -inf (or a very negative number) where it blocks.
+
+    The float form is added to the scores by ``nn.MultiheadAttention``. A large finite negative number
+    (-1e4 or below) gives the same weights here as -inf, so both are accepted.
+    """
+    problem = callable_problem(answer, "a function to_additive_mask(mask)")
     if problem:
         return False, problem
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
@@ -138,22 +156,27 @@ def to_pytorch_mask(answer: Callable) -> tuple[bool, str]:
     problem = tensor_problem(got, (5, 5), what="the returned mask")
     if problem:
         return False, problem
-    if got.dtype != torch.bool:
-        return False, f"return a bool mask (True = blocked for PyTorch), got {got.dtype}"
-    if torch.equal(got, causal):
-        return False, "you returned the mask unchanged: PyTorch reads True as 'blocked', so every token would see only the future"
-    if torch.equal(got, ~causal.T) or torch.equal(got, causal.T):
-        return False, "the result is transposed: keep rows = queries and columns = keys, only flip True and False"
-    if not torch.equal(got, ~causal):
-        return False, "the result is not the causal mask with True and False swapped"
-    g = torch.Generator().manual_seed(1)
-    ours = nn.MultiheadAttention(16, 2, batch_first=True).eval()
-    x = torch.randn(1, 5, 16, generator=g)
+    if got.dtype == torch.bool:
+        return False, "that is a bool mask; the exercise asks for the float form, whose values are added to the scores"
+    if not got.is_floating_point():
+        return False, f"return a float tensor (it is added to the scores), got {got.dtype}"
+    allowed, blocked = got[causal], got[~causal]
+    if torch.equal(got, causal.float()):
+        return False, "mask.float() adds 1 to the allowed scores and 0 to the blocked ones: nothing is blocked"
+    if bool((allowed < -1e3).all()) and bool((blocked == 0).all()):
+        return False, "the polarity is inverted: the allowed positions must get 0, the blocked ones -inf"
+    if not bool((allowed == 0).all()):
+        return False, "an allowed position must get 0, so that its score is unchanged"
+    if not bool((blocked <= -1e4).all()):
+        return False, "a blocked position needs -inf (or a number so negative that exp() of it is 0); yours still lets weight through"
+    ref = nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    from attnlib.multihead import MultiHeadAttention
+
+    ours = MultiHeadAttention(16, 2).copy_from_torch(ref).eval()
+    x = torch.randn(1, 5, 16, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        blocked_future, _ = ours(x, x, x, attn_mask=got)
-        x2 = x.clone()
-        x2[0, -1] += 1.0  # change the last token: no earlier output may move
-        moved, _ = ours(x2, x2, x2, attn_mask=answer(causal))
-    if not torch.allclose(blocked_future[0, :-1], moved[0, :-1], atol=1e-6):
-        return False, "with your mask an earlier output still changes when the last token changes"
-    return True, "~mask, and with it no output of nn.MultiheadAttention depends on a later token"
+        theirs, _ = ref(x, x, x, attn_mask=answer(causal))
+        mine, _ = ours(x, x, x, mask=causal)
+    if not torch.allclose(theirs, mine, atol=1e-5):
+        return False, "nn.MultiheadAttention with your float mask does not give the output of attnlib's module with the bool mask"
+    return True, "nn.MultiheadAttention with your float mask gives the same output as attnlib's module with the bool mask"
