@@ -83,7 +83,7 @@ def attention_rollout(answer) -> tuple[bool, str]:
     got = got.detach().to(att.dtype)
     right = _rollout(att)
     if torch.allclose(got, right, atol=1e-5) or torch.allclose(got, right / right.sum(-1, keepdim=True), atol=1e-5):
-        return True, "the six maps chained with their residuals: row i says which input tokens token i draws on"
+        return True, "every layer's map chained with its residual: row i says which input tokens token i draws on"
     mistakes = [
         (_rollout(att, later_on_left=False), "the order is reversed: a later layer reads the result of the earlier "
                                              "ones, so its map multiplies from the left (mixed @ result)"),
