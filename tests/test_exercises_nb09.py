@@ -37,6 +37,7 @@ def test_91_accepts():
     (torch.diagonal(ATT, dim1=-2, dim2=-1).mean(-1), "main diagonal"),
     (torch.diagonal(ATT, offset=-1, dim1=-2, dim2=-1).sum(-1), "sum"),
     (torch.diagonal(ATT, offset=-1, dim1=-2, dim2=-1), "shape"),
+    (torch.diagonal(ATT, offset=-1, dim1=-2, dim2=-1).sum(-1) / ATT.shape[-1], "divided by L"),
 ])
 def test_92_rejects(wrong, says):
     verdict = check("9.2", wrong, quiet=True, att=ATT)
@@ -75,6 +76,8 @@ def rollout_loop_rows(att):  # the same, written with explicit renormalisation a
     (lambda a: rollout(a, reduce=lambda x: x[0]), "rollout differs"),   # one head only
     (lambda a: a.mean(1), "shape"),
     (torch.eye(6), "function"),
+    (lambda a: rollout(torch.stack([a[i] for i in range(6)])), "raised"),             # six layers hard-coded
+    (lambda a: rollout(a[:4]), "rollout differs"),                                     # four layers hard-coded
 ])
 def test_93_rejects(wrong, says):
     verdict = check("9.3", wrong, quiet=True)

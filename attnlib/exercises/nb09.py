@@ -49,6 +49,8 @@ def previous_token_weight(answer, att: torch.Tensor) -> tuple[bool, str]:
         return False, "that is the main diagonal (each token on itself); the previous token is one below it"
     if torch.allclose(got, torch.diagonal(att, offset=-1, dim1=-2, dim2=-1).sum(-1), atol=1e-5):
         return False, "that is the sum along the diagonal; take the mean"
+    if torch.allclose(got, torch.diagonal(att, offset=-1, dim1=-2, dim2=-1).sum(-1) / L, atol=1e-5):
+        return False, "you divided by L; only L - 1 tokens have a previous token, so average over those L - 1 entries"
     if not torch.allclose(got, right, atol=1e-5):
         return False, "the values differ: take the diagonal just below the main one (entries [i, i-1]) and average it"
     best = int(right.flatten().argmax())
@@ -75,14 +77,20 @@ def attention_rollout(answer) -> tuple[bool, str]:
     if problem:
         return False, problem
     g = torch.Generator().manual_seed(0)
-    att = (3 * torch.randn(4, 3, 6, 6, generator=g)).softmax(-1)  # (layers, heads, L, L): peaked, unlike uniform maps
-    got = answer(att.clone())
-    problem = tensor_problem(got, (6, 6), what="the rollout")
-    if problem:
-        return False, problem
+    # (layers, heads, L, L): peaked, unlike uniform maps; a second input of another size catches hard-coded sizes
+    att, other = ((3 * torch.randn(shape, generator=g)).softmax(-1) for shape in ((4, 3, 6, 6), (6, 2, 5, 5)))
+    try:
+        got, got_other = answer(att.clone()), answer(other.clone())
+    except Exception as err:  # a hard-coded number of layers or tokens fails on one of the two inputs
+        return False, (f"your function raised {type(err).__name__} ({err}); it must work for any att of shape "
+                       "(layers, heads, L, L): take the sizes from att.shape")
+    for result, size in ((got, 6), (got_other, 5)):
+        problem = tensor_problem(result, (size, size), what="the rollout")
+        if problem:
+            return False, problem
     got = got.detach().to(att.dtype)
-    right = _rollout(att)
-    if torch.allclose(got, right, atol=1e-5) or torch.allclose(got, right / right.sum(-1, keepdim=True), atol=1e-5):
+    right = _rollout(att)  # rows sum to 1 already: each mixed map is row-stochastic
+    if torch.allclose(got, right, atol=1e-5) and torch.allclose(got_other.detach().to(other.dtype), _rollout(other), atol=1e-5):
         return True, "every layer's map chained with its residual: row i says which input tokens token i draws on"
     mistakes = [
         (_rollout(att, later_on_left=False), "the order is reversed: a later layer reads the result of the earlier "
