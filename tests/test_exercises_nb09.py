@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from attnlib.exercises import check
 
@@ -38,6 +37,7 @@ def test_91_accepts():
     (torch.diagonal(ATT, dim1=-2, dim2=-1).mean(-1), "main diagonal"),
     (torch.diagonal(ATT, offset=-1, dim1=-2, dim2=-1).sum(-1), "sum"),
     (torch.diagonal(ATT, offset=-1, dim1=-2, dim2=-1), "shape"),
+    (torch.diagonal(ATT, offset=-1, dim1=-2, dim2=-1).sum(-1) / ATT.shape[-1], "divided by L"),
 ])
 def test_92_rejects(wrong, says):
     verdict = check("9.2", wrong, quiet=True, att=ATT)
@@ -48,20 +48,43 @@ def test_92_accepts():
     assert check("9.2", torch.diagonal(ATT, offset=-1, dim1=-2, dim2=-1).mean(-1), quiet=True, att=ATT)
 
 
-def right_pool(hidden, attention_mask):
-    m = attention_mask[..., None].to(hidden.dtype)
-    return F.normalize((hidden * m).sum(1) / m.sum(1), dim=-1)
+def rollout(att, reduce=lambda a: a.mean(0), residual=True, order="left"):
+    eye = torch.eye(att.shape[-1])
+    out = eye
+    for layer in att:
+        m = 0.5 * reduce(layer) + 0.5 * eye if residual else reduce(layer)
+        out = m @ out if order == "left" else out @ m
+    return out
+
+
+def rollout_loop_rows(att):  # the same, written with explicit renormalisation and float64
+    att = att.double()
+    out = torch.eye(att.shape[-1], dtype=torch.float64)
+    for layer in range(att.shape[0]):
+        m = att[layer].mean(0) + torch.eye(att.shape[-1], dtype=torch.float64)
+        m = m / m.sum(-1, keepdim=True)
+        out = m @ out
+    return out
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (lambda h, m: F.normalize(h.mean(1), dim=-1), "padding is averaged in"),
-    (lambda h, m: (h * m[..., None]).sum(1) / m.sum(1, keepdim=True), "unit length"),
-    (lambda h, m: F.normalize(h[:, 0], dim=-1), "[CLS]"),
+    (lambda a: rollout(a, order="right"), "reversed"),
+    (lambda a: rollout(a, residual=False), "residual is missing"),
+    (lambda a: rollout(a, reduce=lambda x: x.amax(0)), "mean over the heads"),
+    (lambda a: 0.5 * a[-1].mean(0) + 0.5 * torch.eye(a.shape[-1]), "last layer alone"),
+    (lambda a: a.mean(1).sum(0), "added"),
+    (lambda a: rollout(a, reduce=lambda x: x[0]), "rollout differs"),   # one head only
+    (lambda a: a.mean(1), "shape"),
+    (torch.eye(6), "function"),
+    (lambda a: rollout(torch.stack([a[i] for i in range(6)])), "raised"),             # six layers hard-coded
+    (lambda a: rollout(a[:4]), "rollout differs"),                                     # four layers hard-coded
 ])
 def test_93_rejects(wrong, says):
     verdict = check("9.3", wrong, quiet=True)
     assert verdict.ok is False and says in verdict.message
 
 
-def test_93_accepts():
-    assert check("9.3", right_pool, quiet=True)
+@pytest.mark.parametrize("right", [rollout, rollout_loop_rows,
+                                   lambda a: (r := rollout(a)) / r.sum(-1, keepdim=True)])
+def test_93_accepts(right):
+    assert check("9.3", right, quiet=True)
