@@ -30,29 +30,44 @@ def cached_mask(answer) -> tuple[bool, str]:
     return True, "new token i sits at position 5 + i and sees keys 0..5 + i"
 
 
-def _counted(V: int, T: int, d: int, h: int, layers: int, d_ff: int) -> int:
-    from ..gpt import GPT, GPTConfig
-    return sum(p.numel() for p in GPT(GPTConfig(V, T, d, h, layers, d_ff)).parameters())
+def _second_copy_loss(model, probe: torch.Tensor, ablate: tuple[int, int] | None = None) -> float:
+    """Mean loss on the second half of ``probe (B, 2n)`` (a sequence of n tokens, twice), with one head zeroed."""
+    import torch.nn.functional as F
+    masks = [torch.ones(attn.num_heads) for attn in model.attns]
+    if ablate is not None:
+        masks[ablate[0]][ablate[1]] = 0.0
+    with torch.no_grad():
+        logits = model(probe, head_masks=masks)  # (B, 2n, V)
+    n = probe.shape[1] // 2
+    return F.cross_entropy(logits[:, n:-1].transpose(1, 2), probe[:, n + 1:]).item()
 
 
 @checker("11.2")
-def parameter_formula(answer) -> tuple[bool, str]:
-    """A function (V, max_len, d, layers, d_ff) -> the parameter count of attnlib.gpt.GPT."""
-    if not callable(answer):
-        return False, f"expected a function my_params(V, max_len, d, layers, d_ff), got {type(answer).__name__}"
-    for V, T, d, h, layers, d_ff in ((103, 64, 48, 4, 2, 192), (50, 16, 8, 2, 3, 40), (7, 9, 12, 3, 1, 5)):
-        want, got = _counted(V, T, d, h, layers, d_ff), answer(V, T, d, layers, d_ff)
-        if got == want:
-            continue
-        if got == want + V * d:
-            return False, f"for V={V}, d={d} you count the output layer separately; it is tied to the token embedding"
-        if got == want - T * d:
-            return False, "the learned position embedding (max_len x d) is missing"
-        if got == want - 2 * d:
-            return False, "the final LayerNorm (2 d) is missing"
-        return False, (f"for V={V}, max_len={T}, d={d}, layers={layers}, d_ff={d_ff} the model has {want:,} "
-                       f"parameters, your function says {got!r}")
-    return True, "your formula matches the counted parameters of three different models"
+def head_the_induction_head_needs(answer, model=None, probe=None, threshold: float = 1.0) -> tuple[bool, str]:
+    """A pair (0, h): a layer-0 head of notebook 11's attention-only model whose removal (head_masks) lifts the
+    loss on the probe's second copy above ``threshold`` nats per token. Every such head is accepted."""
+    if model is None or probe is None:
+        raise ValueError("call check('11.2', my_head, model=toy_models[0], probe=PROBE)")
+    if not (isinstance(answer, (tuple, list)) and len(answer) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in answer)):
+        return False, f"expected a pair (layer, head) of ints such as (0, 1), got {answer!r}"
+    layer, head = answer
+    heads = [attn.num_heads for attn in model.attns]
+    if not 0 <= layer < len(heads) or not 0 <= head < heads[layer]:
+        return False, f"there is no head {tuple(answer)}: the model has {len(heads)} layers with {heads} heads"
+    if layer != 0:
+        return False, ("that is layer 1's head, the induction head itself (section 9); the question is which "
+                       "layer-0 head it cannot do without")
+    intact = _second_copy_loss(model, probe)
+    if intact > threshold:
+        return False, (f"this model does not copy yet (second copy {intact:.2f} nats per token with every head): "
+                       "pass the trained model of section 9")
+    loss = _second_copy_loss(model, probe, (layer, head))
+    if loss <= threshold:
+        return False, (f"with head (0, {head}) zeroed the second copy still costs {loss:.2f} nats per token "
+                       f"(not above {threshold}): copying survives without this head")
+    return True, (f"with head (0, {head}) zeroed the second copy costs {loss:.2f} nats per token, against "
+                  f"{intact:.2f} intact: the induction head needs it")
 
 
 @checker("11.3")
