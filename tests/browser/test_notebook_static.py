@@ -30,10 +30,12 @@ PICTURES = """(cells) => cells.map((k) => {
 
 
 def stored_widget_cells() -> list[int]:
-    """Indices of the code cells whose stored outputs include one of attnlib's widgets (each must carry a PNG)."""
+    """Indices of the code cells whose visible stored outputs include one of attnlib's widgets (each must carry a PNG)."""
     cells = json.loads((ROOT / "notebooks" / NOTEBOOK).read_text())["cells"]
     found = []
     for k, c in enumerate(cells):
+        if c.get("metadata", {}).get("jupyter", {}).get("outputs_hidden"):
+            continue  # a collapsed solution: its outputs stay hidden until the learner opens it
         bundles = [o.get("data", {}) for o in c.get("outputs", [])]
         ours = [b for b in bundles if WIDGET_MIME in b and "".join(b["text/plain"]).startswith("Attention")]
         assert all("image/png" in b for b in ours), f"cell {k}: a stored widget output has no image/png; re-execute"
