@@ -25,7 +25,7 @@ _EXPORTS = {  # module -> the public names it gives the package
     "multihead": ["KVCache", "MultiHeadAttention"],
     "positional": ["LearnedPositionalEncoding", "RotaryEmbedding", "SinusoidalPositionalEncoding", "sinusoidal_encoding"],
     "layers": ["FeedForward", "RMSNorm", "SwiGLU"],
-    "transformer": ["TransformerBlock", "TransformerEncoder"],
+    "transformer": ["TransformerBlock", "TransformerEncoder", "TransformerSizes"],
     "tagger": ["TaggerConfig", "TransformerTagger"],
     "data": ["Batch", "Seq2SeqData", "Vocab", "batches", "make_copy", "make_reversal", "make_sort_batch",
              "make_sorting", "previous_digit_batch", "shift_right"],
@@ -105,5 +105,5 @@ if TYPE_CHECKING:  # for editors and type checkers: the same names, imported eag
     from .runtime import eval_mode, get_device, progress_bar, seed_everything
     from .training import (History, evaluate, sequence_accuracy, sequence_loss, teacher_forcing_ratio, token_accuracy,
                            train_seq2seq, train_steps)
-    from .transformer import TransformerBlock, TransformerEncoder
+    from .transformer import TransformerBlock, TransformerEncoder, TransformerSizes
     from .viz.widgets import AttentionExplorer, AttentionHeatmap

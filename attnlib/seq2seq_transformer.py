@@ -23,22 +23,18 @@ from .data import shift_right
 from .decoder import TransformerDecoderBlock
 from .positional import SinusoidalPositionalEncoding
 from .seq2seq import Seq2SeqCheckpoint
-from .transformer import TransformerEncoder
+from .transformer import TransformerEncoder, TransformerSizes
 
 
 @dataclass
-class Seq2SeqTransformerConfig:
+class Seq2SeqTransformerConfig(TransformerSizes):
+    """The two vocabularies, the two depths and the special ids, beside the shared
+    :class:`attnlib.TransformerSizes` (keyword-only)."""
+
     src_vocab_size: int
     tgt_vocab_size: int
-    d_model: int = 64
-    num_heads: int = 4
     num_encoder_layers: int = 2
     num_decoder_layers: int = 2
-    d_ff: int = 128
-    max_len: int = 64
-    dropout: float = 0.0
-    activation: str = "relu"
-    norm_first: bool = False
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2

@@ -12,23 +12,19 @@ from torch import nn
 from ._checks import check_tensor, shape_of
 from .checkpoint import Checkpointed
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
-from .transformer import TransformerEncoder
+from .transformer import TransformerEncoder, TransformerSizes
 
 _POSITIONS = ("sinusoidal", "learned", "none")
 
 
 @dataclass
-class TaggerConfig:
+class TaggerConfig(TransformerSizes):
+    """A tagger's vocabulary, outputs, depth and positions, beside the shared :class:`attnlib.TransformerSizes`
+    (keyword-only)."""
+
     vocab_size: int
     num_outputs: int
-    d_model: int = 64
-    num_heads: int = 4
     num_layers: int = 2
-    d_ff: int = 128
-    max_len: int = 64
-    dropout: float = 0.0
-    activation: str = "relu"
-    norm_first: bool = False
     positions: str = "sinusoidal"
 
 

@@ -4,12 +4,30 @@ Built in notebook 07. GPT (notebook 11) uses the same block, pre-norm and causal
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from .compat import activation_name, copy_checked, same_activation
 from .layers import FeedForward
 from .multihead import KVCache, MultiHeadAttention
+
+
+@dataclass(kw_only=True)
+class TransformerSizes:
+    """The sizes that every small transformer model of the series shares, keyword-only: the width
+    ``d_model``, ``num_heads``, the feed-forward width ``d_ff``, the longest input ``max_len``, ``dropout``,
+    the feed-forward ``activation`` and ``norm_first`` (pre-norm). :class:`attnlib.TaggerConfig` and
+    :class:`attnlib.Seq2SeqTransformerConfig` add their own fields to these."""
+
+    d_model: int = 64
+    num_heads: int = 4
+    d_ff: int = 128
+    max_len: int = 64
+    dropout: float = 0.0
+    activation: str = "relu"
+    norm_first: bool = False
 
 
 class TransformerBlock(nn.Module):

@@ -9,7 +9,8 @@ Every exercise in the series is three cells:
 
 The checkers live in one module per notebook (``attnlib/exercises/nb10.py`` holds ``"10.*"``),
 each registered with :func:`checker`. A checker takes the answer (plus any keyword context the
-notebook passes) and returns ``(ok, message)``; it may raise, and the exception becomes feedback.
+notebook passes) and returns ``(ok, message)``, or stops early with :func:`require` (a sentence, or None when nothing is
+wrong); any other exception it raises becomes feedback too.
 """
 from __future__ import annotations
 
@@ -20,6 +21,16 @@ from typing import Any, Callable
 _CHECKERS: dict[str, Callable[..., tuple[bool, str]]] = {}
 
 NOT_ATTEMPTED = "not attempted yet"
+
+
+class NotYet(Exception):
+    """Raised inside a checker to stop at the first thing that is wrong; its message is the feedback."""
+
+
+def require(problem: str | None) -> None:
+    """Stop the check with ``problem`` as the feedback, unless it is None (nothing wrong)."""
+    if problem:
+        raise NotYet(problem)
 
 
 @dataclass(frozen=True)
@@ -87,6 +98,8 @@ def check(exercise: str, answer: Any, quiet: bool = False, **context: Any) -> Ve
         try:
             ok, message = fn(answer, **context)
             verdict = Verdict(exercise, bool(ok), message)
+        except NotYet as wrong:
+            verdict = Verdict(exercise, False, str(wrong))
         except Exception as error:  # the learner's answer broke the checker: that is feedback too
             verdict = Verdict(exercise, False, f"checking your answer raised {type(error).__name__}: {error}")
     if not quiet:

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from . import checker
+from . import checker, require
 
 
 def tensor_problem(answer: Any, shape: tuple[int, ...] | None = None, dtype: torch.dtype | None = None,
@@ -48,9 +48,7 @@ def causal_and_padding_mask(answer) -> tuple[bool, str]:
     thrown away; with the causal part, masking the padding on the queries gives exactly that):
     the learner's evidence cannot tell those answers apart.
     """
-    problem = tensor_problem(answer, what="the mask")
-    if problem:
-        return False, problem
+    require(tensor_problem(answer, what="the mask"))
     if answer.dtype != torch.bool:
         return False, f"expected a bool mask (True = may attend), got dtype {answer.dtype}"
     if answer.dim() != 4:
@@ -105,9 +103,7 @@ def block_parameter_formula(answer: Callable) -> tuple[bool, str]:
     """``answer(d_model, num_heads, d_ff) -> int``: the parameters of TransformerBlock(d_model, num_heads, d_ff)."""
     from attnlib.transformer import TransformerBlock
 
-    problem = callable_problem(answer, "a function block_params(d_model, num_heads, d_ff)")
-    if problem:
-        return False, problem
+    require(callable_problem(answer, "a function block_params(d_model, num_heads, d_ff)"))
     try:
         heads_matter = int(answer(48, 3, 100)) != int(answer(48, 12, 100))
     except (TypeError, ValueError) as err:
@@ -145,17 +141,13 @@ def additive_mask(answer: Callable) -> tuple[bool, str]:
     The float form is added to the scores by ``nn.MultiheadAttention``. A large finite negative number
     (-1e4 or below) gives the same weights here as -inf, so both are accepted.
     """
-    problem = callable_problem(answer, "a function to_additive_mask(mask)")
-    if problem:
-        return False, problem
+    require(callable_problem(answer, "a function to_additive_mask(mask)"))
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
     before = causal.clone()
     got = answer(causal)
     if not torch.equal(causal, before):
         return False, "your function changed its input mask in place; return a new tensor"
-    problem = tensor_problem(got, (5, 5), what="the returned mask")
-    if problem:
-        return False, problem
+    require(tensor_problem(got, (5, 5), what="the returned mask"))
     if got.dtype == torch.bool:
         return False, "that is a bool mask; the exercise asks for the float form, whose values are added to the scores"
     if not got.is_floating_point():

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from . import checker
+from . import checker, require
 from .nb00 import callable_problem
 
 
@@ -31,9 +31,7 @@ def clip_by_total_norm(answer) -> tuple[bool, str]:
     same factor, so that the total norm becomes ``max_norm``; otherwise nothing changes. PyTorch adds
     1e-6 to the norm in the factor: answers with or without it are accepted (they differ by ~1e-7).
     """
-    problem = callable_problem(answer, "a function my_clip(grads, max_norm)")
-    if problem:
-        return False, problem
+    require(callable_problem(answer, "a function my_clip(grads, max_norm)"))
     for scale, max_norm in ((5.0, 1.0), (0.3, 1.0), (2.0, 0.5)):
         grads = _gradients(scale)
         copies = [x.clone() for x in grads]
@@ -66,9 +64,7 @@ def parameter_formula(answer, vocab_size: int, emb: int, ratio=None) -> tuple[bo
     """``answer(H) -> int``: parameters of Seq2Seq(Encoder(V, E, H), Decoder(V, E, H)); ``ratio``: answer(256) / answer(128)."""
     from attnlib.seq2seq import Decoder, Encoder, Seq2Seq
 
-    problem = callable_problem(answer, "a function n_params(H)")
-    if problem:
-        return False, problem
+    require(callable_problem(answer, "a function n_params(H)"))
     for hidden in (8, 32, 100):
         model = Seq2Seq(Encoder(vocab_size, emb, hidden), Decoder(vocab_size, emb, hidden))
         counted = sum(p.numel() for p in model.parameters())

@@ -3,31 +3,32 @@ from __future__ import annotations
 
 import torch
 
-from . import checker
+from . import checker, require
 from .nb00 import callable_problem, tensor_problem
+
+
+def _additive_problem(seed: int, query_shape: tuple[int, ...]):
+    """An ``AdditiveAttention(6, 10, attn_dim=5)``, queries ``(*query_shape, 6)``, keys ``(3, 7, 10)`` and a
+    ``(3, 7)`` padding mask whose rows keep 7, 4 and 2 keys."""
+    from attnlib.rnn_attention import AdditiveAttention
+
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    att = AdditiveAttention(6, 10, attn_dim=5)
+    queries, keys = torch.randn(*query_shape, 6, generator=g), torch.randn(3, 7, 10, generator=g)
+    mask = torch.arange(7) < torch.tensor([7, 4, 2])[:, None]  # (3, 7) True = a real key
+    return att, queries, keys, mask
 
 
 @checker("2.1")
 def additive_weights_by_hand(answer) -> tuple[bool, str]:
     """``answer(att, query (B, Dq), keys (B, L, Dk), mask (B, L)) -> weights (B, L)`` from att.W_s, att.W_h, att.v."""
-    from attnlib.rnn_attention import AdditiveAttention
-
-    problem = callable_problem(answer, "a function additive_weights(att, query, keys, mask)")
-    if problem:
-        return False, problem
-    g = torch.Generator().manual_seed(0)
-    torch.manual_seed(0)
-    att = AdditiveAttention(6, 10, attn_dim=5)
-    query, keys = torch.randn(3, 6, generator=g), torch.randn(3, 7, 10, generator=g)
-    mask = torch.ones(3, 7, dtype=torch.bool)
-    mask[1, 4:] = False
-    mask[2, 2:] = False
+    require(callable_problem(answer, "a function additive_weights(att, query, keys, mask)"))
+    att, query, keys, mask = _additive_problem(seed=0, query_shape=(3,))
     with torch.no_grad():
         _, right = att(query, keys, mask)
         got = answer(att, query, keys, mask)
-    problem = tensor_problem(got, (3, 7), what="the weights")
-    if problem:
-        return False, problem
+    require(tensor_problem(got, (3, 7), what="the weights"))
     got = got.detach()
     if torch.isnan(got).any():
         return False, "your weights contain NaN; fill masked scores with -inf only where the mask is False"
@@ -47,19 +48,9 @@ def additive_weights_by_hand(answer) -> tuple[bool, str]:
 @checker("2.2")
 def all_step_weights(answer) -> tuple[bool, str]:
     """``answer(att, queries (B, T, Dq), keys (B, L, Dk), mask (B, L)) -> weights (B, T, L)``, all steps at once."""
-    from attnlib.rnn_attention import AdditiveAttention
-
-    problem = callable_problem(answer, "a function all_step_weights(att, queries, keys, mask)")
-    if problem:
-        return False, problem
-    g = torch.Generator().manual_seed(1)
-    torch.manual_seed(1)
-    att = AdditiveAttention(6, 10, attn_dim=5)
+    require(callable_problem(answer, "a function all_step_weights(att, queries, keys, mask)"))
     B, T, L = 3, 4, 7
-    queries, keys = torch.randn(B, T, 6, generator=g), torch.randn(B, L, 10, generator=g)
-    mask = torch.ones(B, L, dtype=torch.bool)
-    mask[1, 4:] = False
-    mask[2, 2:] = False
+    att, queries, keys, mask = _additive_problem(seed=1, query_shape=(B, T))
     with torch.no_grad():
         right = torch.stack([att(queries[:, t], keys, mask)[1] for t in range(T)], 1)  # (B, T, L)
         try:
@@ -68,9 +59,7 @@ def all_step_weights(answer) -> tuple[bool, str]:
             return False, f"your function raised {err.__class__.__name__}: {str(err).splitlines()[0]} (check the broadcasting: queries (B, T, 1, A) against keys (B, 1, L, A))"
     if isinstance(got, torch.Tensor) and tuple(got.shape) == (B, L, T):
         return False, "your weights are (B, L, T); the steps come second and the keys last: (B, T, L)"
-    problem = tensor_problem(got, (B, T, L), what="the weights (B, T, L)")
-    if problem:
-        return False, problem
+    require(tensor_problem(got, (B, T, L), what="the weights (B, T, L)"))
     got = got.detach()
     over_steps = got.nan_to_num(0.0).sum(1)  # (B, L): 1 at every real key if the softmax ran over the steps
     if torch.allclose(over_steps[mask], torch.ones(int(mask.sum())), atol=1e-5):
@@ -106,9 +95,7 @@ def century_accuracy(answer, ids: torch.Tensor, data) -> tuple[bool, str]:
     Run on made-up outputs where some centuries are wrong, and on the notebook's own ``ids`` and ``data``."""
     from types import SimpleNamespace
 
-    problem = callable_problem(answer, "a function century_share(ids, data)")
-    if problem:
-        return False, problem
+    require(callable_problem(answer, "a function century_share(ids, data)"))
     # made up: four dates in format 1 (two centuries right, one wrong in each digit), two written out, both right
     fake = SimpleNamespace(src_raw=["27.11.31", "may 1, 2001", "01.02.99", "1 may 1960", "02.03.04", "05.06.71"],
                            tgt=torch.tensor([[3, 4, 5], [3, 3, 4], [2, 10, 10], [2, 10, 7], [3, 3, 3], [2, 10, 8]]))

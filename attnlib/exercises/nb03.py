@@ -5,16 +5,14 @@ import math
 
 import torch
 
-from . import checker
+from . import checker, require
 from .nb00 import callable_problem, tensor_problem
 
 
 @checker("3.1")
 def entropy_fn(answer) -> tuple[bool, str]:
     """``answer(p (..., L)) -> float``: the mean entropy in nats of the rows of p; zero weights count 0."""
-    problem = callable_problem(answer, "a function entropy(p)")
-    if problem:
-        return False, problem
+    require(callable_problem(answer, "a function entropy(p)"))
     uniform = torch.full((2, 3, 8), 1 / 8)
     padded = torch.tensor([[0.5, 0.5, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])  # masked keys have weight exactly 0
     got_uniform = float(answer(uniform))
@@ -64,18 +62,14 @@ def score_parameter_formulas(answer) -> tuple[bool, str]:
 @checker("3.3")
 def keep_top_k(answer) -> tuple[bool, str]:
     """``answer(w (B, L), k) -> (B, L)``: keep the k largest weights of each row, zero the rest, renormalise."""
-    problem = callable_problem(answer, "a function keep_top_k(w, k)")
-    if problem:
-        return False, problem
+    require(callable_problem(answer, "a function keep_top_k(w, k)"))
     w = torch.tensor([[0.1, 0.5, 0.3, 0.1, 0.0], [0.05, 0.05, 0.1, 0.2, 0.6]])
     right = torch.tensor([[0.0, 0.625, 0.375, 0.0, 0.0], [0.0, 0.0, 0.0, 0.25, 0.75]])
     before = w.clone()
     got = answer(w, 2)
     if not torch.equal(w, before):
         return False, "your function changed the weights in place; return a new tensor"
-    problem = tensor_problem(got, (2, 5), what="the result")
-    if problem:
-        return False, problem
+    require(tensor_problem(got, (2, 5), what="the result"))
     got = got.detach().float()
     if torch.allclose(got, torch.tensor([[0.0, 0.5, 0.3, 0.0, 0.0], [0.0, 0.0, 0.0, 0.2, 0.6]]), atol=1e-6):
         return False, "the kept weights no longer sum to 1: divide each row by its sum"

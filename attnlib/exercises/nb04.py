@@ -5,7 +5,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from . import checker
+from . import checker, require
 from .nb00 import callable_problem, tensor_problem
 
 
@@ -18,17 +18,13 @@ def _loo_reference(x: torch.Tensor, y: torch.Tensor, width: float) -> torch.Tens
 @checker("4.1")
 def leave_one_out_fn(answer) -> tuple[bool, str]:
     """``answer(x (N,), y (N,), width) -> (N,)``: each y_i predicted by the soft lookup over the OTHER points."""
-    problem = callable_problem(answer, "a function loo_predictions(x, y, width)")
-    if problem:
-        return False, problem
+    require(callable_problem(answer, "a function loo_predictions(x, y, width)"))
     g = torch.Generator().manual_seed(1)
     x = (5 * torch.rand(30, generator=g)).sort().values
     y = torch.sin(x) + 0.3 * torch.randn(30, generator=g)
     for width in (0.2, 0.7, 2.0):
         got = answer(x.clone(), y.clone(), width)
-        problem = tensor_problem(got, (30,), what=f"loo_predictions(x, y, {width}) for 30 points")
-        if problem:
-            return False, problem
+        require(tensor_problem(got, (30,), what=f"loo_predictions(x, y, {width}) for 30 points"))
         if torch.isnan(got).any():
             return False, "NaN in the predictions: leave a point out with a -inf score on the diagonal, not by dropping every score"
         right = _loo_reference(x, y, width)
@@ -81,17 +77,13 @@ def flops_prediction(answer) -> tuple[bool, str]:
 @checker("4.3")
 def masked_softmax_fn(answer) -> tuple[bool, str]:
     """``answer(scores (..., Lk), mask) -> weights``: softmax over allowed keys, 0 elsewhere, all-zero rows if nothing is allowed."""
-    problem = callable_problem(answer, "a function masked_softmax(scores, mask)")
-    if problem:
-        return False, problem
+    require(callable_problem(answer, "a function masked_softmax(scores, mask)"))
     g = torch.Generator().manual_seed(0)
     scores = torch.randn(2, 3, 4, generator=g)
     mask = torch.tensor([[True, True, False, False], [True, True, True, True], [False, False, False, False]])
     mask = mask.expand(2, 3, 4)
     got = answer(scores.clone(), mask)
-    problem = tensor_problem(got, (2, 3, 4), what="the weights")
-    if problem:
-        return False, problem
+    require(tensor_problem(got, (2, 3, 4), what="the weights"))
     right = scores.masked_fill(~mask, float("-inf")).softmax(-1).nan_to_num(0.0)
     if torch.isnan(got).any():
         return False, "a fully masked row gives NaN (softmax of all -inf is 0/0): return zeros for such rows"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from . import checker
+from . import checker, require
 from .nb00 import callable_problem, tensor_problem
 
 
@@ -32,9 +32,7 @@ def head_by_hand(answer) -> tuple[bool, str]:
     """``answer(mha, x (B, T, d_model), j) -> (B, T, T)``: head j's attention weights, from mha's weights."""
     from attnlib.multihead import MultiHeadAttention
 
-    problem = callable_problem(answer, "a function head_weights(mha, x, j)")
-    if problem:
-        return False, problem
+    require(callable_problem(answer, "a function head_weights(mha, x, j)"))
     g = torch.Generator().manual_seed(0)
     for d, h, j in ((12, 3, 1), (16, 4, 3), (16, 4, 0)):
         torch.manual_seed(d + j)
@@ -50,9 +48,7 @@ def head_by_hand(answer) -> tuple[bool, str]:
                 if "instead of calling mha" in str(err):
                     return False, "build head j from mha.w_q and mha.w_k (weight and bias) instead of calling mha"
                 raise
-            problem = tensor_problem(got, (2, 5, 5), what=f"head_weights(mha, x, {j}) for x of shape (2, 5, {d})")
-            if problem:
-                return False, problem
+            require(tensor_problem(got, (2, 5, 5), what=f"head_weights(mha, x, {j}) for x of shape (2, 5, {d})"))
             if torch.allclose(got, right, atol=1e-5):
                 continue
             if torch.allclose(got, right.transpose(-2, -1), atol=1e-5):
@@ -105,9 +101,7 @@ def previous_token_head(answer, T: int = 8, threshold: float = 0.9) -> tuple[boo
 @checker("5.3")
 def per_head_mask(answer, T: int = 5) -> tuple[bool, str]:
     """A (1, 4, T, T) mask: head 0 left + itself, head 1 right + itself, heads 2 and 3 everything."""
-    problem = tensor_problem(answer, (1, 4, T, T), what="the mask")
-    if problem:
-        return False, problem
+    require(tensor_problem(answer, (1, 4, T, T), what="the mask"))
     if answer.dtype != torch.bool:
         return False, f"expected a bool mask (True = may attend), got {answer.dtype}"
     left = torch.ones(T, T, dtype=torch.bool).tril()

@@ -5,16 +5,14 @@ import math
 
 import torch
 
-from . import checker
+from . import checker, require
 from .nb00 import callable_problem, tensor_problem
 
 
 @checker("6.1")
 def wavelengths_64(answer) -> tuple[bool, str]:
     """The 32 wavelengths (in positions) of the sinusoidal table with d_model = 64, pair 0 first."""
-    problem = tensor_problem(answer, (32,), what="the wavelengths")
-    if problem:
-        return False, problem
+    require(tensor_problem(answer, (32,), what="the wavelengths"))
     i = torch.arange(32, dtype=torch.float64)
     right = 2 * math.pi * 10000.0 ** (2 * i / 64)
     got = answer.detach().double()
@@ -44,9 +42,7 @@ def _biased(q, k, v, slope, sign=-1.0, absolute=True, scale=True):
 @checker("6.2")
 def distance_bias_fn(answer) -> tuple[bool, str]:
     """``answer(q, k, v (B, T, d), slope) -> (out, weights)``: softmax(q k^T / sqrt(d) - slope * |i - j|) v."""
-    problem = callable_problem(answer, "a function distance_attention(q, k, v, slope)")
-    if problem:
-        return False, problem
+    require(callable_problem(answer, "a function distance_attention(q, k, v, slope)"))
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 6, 8, generator=g) for _ in range(3))
     for slope in (0.0, 0.5, 2.0):
@@ -55,9 +51,7 @@ def distance_bias_fn(answer) -> tuple[bool, str]:
             return False, "return a pair (out, weights), like attnlib.scaled_dot_product_attention"
         out, w = got
         for name, t, shape in (("out", out, (2, 6, 8)), ("weights", w, (2, 6, 6))):
-            problem = tensor_problem(t, shape, what=name)
-            if problem:
-                return False, problem
+            require(tensor_problem(t, shape, what=name))
         right_out, right_w = _biased(q, k, v, slope)
         if torch.allclose(w, right_w, atol=1e-5) and torch.allclose(out, right_out, atol=1e-5):
             continue
@@ -90,9 +84,7 @@ def equivariance_gap_fn(answer) -> tuple[bool, str]:
     original order and the output on shuffled content (positions kept in place), unshuffled."""
     from attnlib.transformer import TransformerBlock
 
-    problem = callable_problem(answer, "a function equivariance_gap(block, x, perm, alpha)")
-    if problem:
-        return False, problem
+    require(callable_problem(answer, "a function equivariance_gap(block, x, perm, alpha)"))
     torch.manual_seed(0)
     block = TransformerBlock(d_model=16, num_heads=2, d_ff=32, dropout=0.0).eval()
     g = torch.Generator().manual_seed(0)

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from . import checker
+from . import checker, require
 from .nb00 import callable_problem, tensor_problem
 
 
@@ -14,9 +14,7 @@ def block_params_fn(answer) -> tuple[bool, str]:
     """``answer(d_model, num_heads, d_ff) -> int``: the parameters of attnlib.TransformerBlock."""
     from attnlib.transformer import TransformerBlock
 
-    problem = callable_problem(answer, "a function block_params(d_model, num_heads, d_ff)")
-    if problem:
-        return False, problem
+    require(callable_problem(answer, "a function block_params(d_model, num_heads, d_ff)"))
     for d, h, d_ff in ((64, 4, 128), (48, 6, 200), (768, 12, 3072)):
         counted = sum(p.numel() for p in TransformerBlock(d, h, d_ff).parameters())
         got = answer(d, h, d_ff)
@@ -39,9 +37,7 @@ def block_params_fn(answer) -> tuple[bool, str]:
 def one_odd_digit_family(answer, length: int = 12) -> tuple[bool, str]:
     """All inputs of ``length`` digits made of length-1 copies of one digit and a single different digit."""
     n = 10 * 9 * length
-    problem = tensor_problem(answer, what="the inputs")
-    if problem:
-        return False, problem
+    require(tensor_problem(answer, what="the inputs"))
     if answer.dim() != 2 or answer.shape[1] != length:
         return False, f"expected one input per row, shape (N, {length}), got {tuple(answer.shape)}"
     if answer.shape[0] == 10 * 10 * length:
@@ -97,9 +93,7 @@ def _schedule_mistake(answer, steps: int, peak: float, warmup: int) -> str | Non
 @checker("7.3")
 def warmup_schedule(answer) -> tuple[bool, str]:
     """``answer(step, steps, peak, warmup) -> float``: the learning rate train_steps uses at ``step`` (0 = first)."""
-    problem = callable_problem(answer, "a function lr_at(step, steps, peak, warmup)")
-    if problem:
-        return False, problem
+    require(callable_problem(answer, "a function lr_at(step, steps, peak, warmup)"))
     for steps, peak, warmup in SCHEDULE_RUNS:
         try:
             got = [float(answer(s, steps, peak, warmup)) for s in range(steps)]

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import checker
+from . import checker, require
 
 
 def _choice(answer: Any, scores: torch.Tensor) -> tuple[int, int]:
@@ -103,9 +103,7 @@ def explore_any_input(answer: Any, *, sorter) -> tuple[bool, str]:
     from ..viz.widgets import AttentionExplorer, AttentionHeatmap
     from .nb00 import callable_problem
 
-    problem = callable_problem(answer, "a function my_explore(text) that returns an AttentionExplorer")
-    if problem:
-        return False, problem
+    require(callable_problem(answer, "a function my_explore(text) that returns an AttentionExplorer"))
     texts = ("3141", "000111222999", "918273645009")
     for text in texts:
         digits = [int(c) for c in text]

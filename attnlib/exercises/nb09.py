@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from . import checker
+from . import checker, require
 from .nb00 import callable_problem, tensor_problem
 
 
@@ -12,9 +12,7 @@ def share_without_sink(answer, rows: torch.Tensor, target: int) -> tuple[bool, s
     """``answer`` (layers, heads): the weight of ``rows`` (layers, heads, L) on ``target`` once the first and
     last token ([CLS], [SEP]) are dropped and each row is renormalised to sum to 1."""
     layers, heads, L = rows.shape
-    problem = tensor_problem(answer, (layers, heads), what="the shares")
-    if problem:
-        return False, problem
+    require(tensor_problem(answer, (layers, heads), what="the shares"))
     kept = rows.clone()
     kept[..., [0, L - 1]] = 0
     right = (kept / kept.sum(-1, keepdim=True))[..., target]
@@ -38,9 +36,7 @@ def share_without_sink(answer, rows: torch.Tensor, target: int) -> tuple[bool, s
 def previous_token_weight(answer, att: torch.Tensor) -> tuple[bool, str]:
     """``answer`` (layers, heads): the mean weight each head puts on the previous token, from ``att`` (layers, heads, L, L)."""
     layers, heads, L, _ = att.shape
-    problem = tensor_problem(answer, (layers, heads), what="the mean weight on the previous token")
-    if problem:
-        return False, problem
+    require(tensor_problem(answer, (layers, heads), what="the mean weight on the previous token"))
     got = answer.detach().to(att.dtype)
     right = torch.diagonal(att, offset=-1, dim1=-2, dim2=-1).mean(-1)
     if torch.allclose(got, torch.diagonal(att, offset=1, dim1=-2, dim2=-1).mean(-1), atol=1e-5):
@@ -73,9 +69,7 @@ def _rollout(att: torch.Tensor, reduce=lambda a: a.mean(dim=0), residual: bool =
 def attention_rollout(answer) -> tuple[bool, str]:
     """``answer(att (layers, heads, L, L)) -> (L, L)``: the product over layers, last layer on the left, of
     0.5 * (the layer's map averaged over heads) + 0.5 * I (Abnar & Zuidema, 2020)."""
-    problem = callable_problem(answer, "a function rollout(att)")
-    if problem:
-        return False, problem
+    require(callable_problem(answer, "a function rollout(att)"))
     g = torch.Generator().manual_seed(0)
     # (layers, heads, L, L): peaked, unlike uniform maps; a second input of another size catches hard-coded sizes
     att, other = ((3 * torch.randn(shape, generator=g)).softmax(-1) for shape in ((4, 3, 6, 6), (6, 2, 5, 5)))
@@ -85,9 +79,7 @@ def attention_rollout(answer) -> tuple[bool, str]:
         return False, (f"your function raised {type(err).__name__} ({err}); it must work for any att of shape "
                        "(layers, heads, L, L): take the sizes from att.shape")
     for result, size in ((got, 6), (got_other, 5)):
-        problem = tensor_problem(result, (size, size), what="the rollout")
-        if problem:
-            return False, problem
+        require(tensor_problem(result, (size, size), what="the rollout"))
     got = got.detach().to(att.dtype)
     right = _rollout(att)  # rows sum to 1 already: each mixed map is row-stochastic
     if torch.allclose(got, right, atol=1e-5) and torch.allclose(got_other.detach().to(other.dtype), _rollout(other), atol=1e-5):

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from . import checker
+from . import checker, require
+from .nb00 import callable_problem
 
 
 def _ids(answer, name: str) -> torch.Tensor:
@@ -77,8 +78,7 @@ def cached_greedy(answer, model, src: torch.Tensor, src_key_padding_mask: torch.
     """A function ``fn(model, src, src_key_padding_mask, max_len) -> ids (B, T)``: greedy decoding that keeps a
     cache, so that each step runs the decoder on the new token only and the cross-attention's keys and values
     are projected from the memory once per layer, not once per step. Its ids must be greedy decoding's."""
-    if not callable(answer):
-        return False, f"expected a function fn(model, src, src_key_padding_mask, max_len), got {type(answer).__name__}"
+    require(callable_problem(answer, "a function fn(model, src, src_key_padding_mask, max_len)"))
     from ..decoding import greedy_decode
 
     positions, cross_projections = [], []

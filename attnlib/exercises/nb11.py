@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from . import checker
+from . import checker, require
+from .nb00 import callable_problem
 
 
 @checker("11.1")
@@ -73,8 +74,7 @@ def head_the_induction_head_needs(answer, model=None, probe=None, threshold: flo
 @checker("11.3")
 def top_k_filter(answer) -> tuple[bool, str]:
     """A function (logits (B, V), k) -> logits with all but the k largest of each row set to -inf."""
-    if not callable(answer):
-        return False, f"expected a function my_top_k(logits, k), got {type(answer).__name__}"
+    require(callable_problem(answer, "a function my_top_k(logits, k)"))
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(4, 10, generator=gen)
     for k in (1, 3, 10):

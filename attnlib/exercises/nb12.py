@@ -5,7 +5,8 @@ import math
 
 import torch
 
-from . import checker
+from . import checker, require
+from .nb00 import callable_problem
 
 
 def _stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -17,8 +18,7 @@ def _stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 @checker("12.1")
 def combine_stats(answer) -> tuple[bool, str]:
     """A function ``combine(m1, l1, m2, l2) -> (m, l)`` merging the softmax statistics of two blocks."""
-    if not callable(answer):
-        return False, f"expected a function combine(m1, l1, m2, l2), got {type(answer).__name__}"
+    require(callable_problem(answer, "a function combine(m1, l1, m2, l2)"))
     g = torch.Generator().manual_seed(12)
     a = torch.randn(6, 7, generator=g) * 4
     b = torch.randn(6, 5, generator=g) * 4 + torch.linspace(-8, 8, 6)[:, None]  # some rows: b's maximum is larger
@@ -61,8 +61,7 @@ def pool_kv_heads(answer) -> tuple[bool, str]:
     projection of ``mha`` unchanged, each group of h/g consecutive key/value heads averaged into one."""
     from ..multihead import MultiHeadAttention
 
-    if not callable(answer):
-        return False, f"expected a function fn(mha, g), got {type(answer).__name__}"
+    require(callable_problem(answer, "a function fn(mha, g)"))
     torch.manual_seed(12)
     mha = MultiHeadAttention(32, 8).eval()
     before = {k: t.clone() for k, t in mha.state_dict().items()}
@@ -128,8 +127,7 @@ class _CountMatmuls(torch.overrides.TorchFunctionMode):
 def window_tiles(answer) -> tuple[bool, str]:
     """A function ``fn(q, k, v, window, block_size) -> (..., L, d_v)``: sliding-window attention computed tile by
     tile (query i sees keys i - window + 1 .. i) that skips every tile with no allowed key in it."""
-    if not callable(answer):
-        return False, f"expected a function fn(q, k, v, window, block_size), got {type(answer).__name__}"
+    require(callable_problem(answer, "a function fn(q, k, v, window, block_size)"))
     g = torch.Generator().manual_seed(123)
     cases = [(100, 20, 32), (256, 40, 32), (70, 1, 16), (50, 64, 16), (96, 32, 32)]  # (L, window, block)
     for L, window, block in cases:

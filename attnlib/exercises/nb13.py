@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 from ..gguf_io import permute_rope_rows, unpermute_rope_rows
 from ..multihead import MultiHeadAttention
-from . import checker
+from . import checker, require
+from .nb00 import callable_problem
 
 
 def _tensor_answer(fn, *args) -> torch.Tensor:
@@ -23,8 +24,7 @@ def _tensor_answer(fn, *args) -> torch.Tensor:
 @checker("13.1")
 def rms_norm(answer) -> tuple[bool, str]:
     """A function ``rms_norm(x, weight, eps)``: ``x / sqrt(mean(x²) + eps) * weight`` over the last dimension."""
-    if not callable(answer):
-        return False, f"expected a function rms_norm(x, weight, eps), got {type(answer).__name__}"
+    require(callable_problem(answer, "a function rms_norm(x, weight, eps)"))
     g = torch.Generator().manual_seed(131)
     x = torch.randn(3, 5, 16, generator=g) * 2 + 1.5                  # a mean far from 0: RMSNorm is not LayerNorm
     x[0, 0] = 1e-3 * torch.randn(16, generator=g)                     # a tiny row: where eps sits shows
@@ -56,8 +56,7 @@ def rms_norm(answer) -> tuple[bool, str]:
 @checker("13.2")
 def swiglu(answer) -> tuple[bool, str]:
     """A function ``swiglu(x, gate_w, up_w, down_w)`` with nn.Linear-style weights ``(out, in)``, no biases."""
-    if not callable(answer):
-        return False, f"expected a function swiglu(x, gate_w, up_w, down_w), got {type(answer).__name__}"
+    require(callable_problem(answer, "a function swiglu(x, gate_w, up_w, down_w)"))
     g = torch.Generator().manual_seed(132)
     d, d_ff = 12, 20
     x = torch.randn(2, 7, d, generator=g)
@@ -87,8 +86,7 @@ def swiglu(answer) -> tuple[bool, str]:
 @checker("13.3")
 def unpermute(answer) -> tuple[bool, str]:
     """A function ``unpermute(w, num_heads)`` that undoes llama.cpp's reordering of a query/key weight's rows."""
-    if not callable(answer):
-        return False, f"expected a function unpermute(w, num_heads), got {type(answer).__name__}"
+    require(callable_problem(answer, "a function unpermute(w, num_heads)"))
     g = torch.Generator().manual_seed(133)
     for num_heads, head_dim, d_in in [(3, 8, 5), (2, 64, 7), (9, 16, 4)]:
         original = torch.randn(num_heads * head_dim, d_in, generator=g)   # rows in Hugging Face's order
@@ -131,8 +129,7 @@ def _cache_bytes(c, tokens: int, kv_heads: int, nbytes: int) -> int:
 @checker("13.4")
 def kv_cache_bytes(answer) -> tuple[bool, str]:
     """A function ``kv_cache_bytes(config, tokens, kv_heads, bytes_per_number=4)``: one sequence's cache."""
-    if not callable(answer):
-        return False, f"expected a function kv_cache_bytes(config, tokens, kv_heads, bytes_per_number=4), got {type(answer).__name__}"
+    require(callable_problem(answer, "a function kv_cache_bytes(config, tokens, kv_heads, bytes_per_number=4)"))
     from ..smollm2 import SmolLM2Config
 
     cases = [(SmolLM2Config(), 8192, 3, 4), (SmolLM2Config(), 8192, 9, 4), (SmolLM2Config(), 100, 3, 2),
@@ -166,8 +163,7 @@ def kv_cache_bytes(answer) -> tuple[bool, str]:
 def remove_head(answer) -> tuple[bool, str]:
     """A function ``remove_head(attn, head)`` that changes ``attn``'s weights in place so that query head
     ``head`` contributes nothing, exactly as ``head_mask`` with a 0 for that head does; every other head intact."""
-    if not callable(answer):
-        return False, f"expected a function remove_head(attn, head), got {type(answer).__name__}"
+    require(callable_problem(answer, "a function remove_head(attn, head)"))
     h, g, d = 6, 2, 48                                               # 6 query heads sharing 2 key/value heads
     with torch.random.fork_rng():                                    # the notebook's random state stays untouched
         torch.manual_seed(135)
