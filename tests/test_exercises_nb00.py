@@ -11,25 +11,40 @@ CAUSAL = causal_mask(6)
 REAL = padding_mask([6, 4], max_len=6)  # (2, 6)
 
 
+def _fn(mask_of):
+    """A decoder_mask(lengths, L) that builds its mask with ``mask_of(causal (L, L), real (B, L))``."""
+    def decoder_mask(lengths, L):
+        pos = torch.arange(L)
+        causal = pos[None, :] <= pos[:, None]  # (L, L): key <= query
+        real = pos[None, :] < torch.tensor(lengths)[:, None]  # (B, L)
+        return mask_of(causal, real)
+    return decoder_mask
+
+
 def test_01_accepts_the_combined_mask_and_its_variants():
-    right = CAUSAL & REAL[:, None, None, :]  # (2, 1, 6, 6)
-    assert check("0.1", right, quiet=True)
-    assert check("0.1", right.expand(2, 2, 6, 6).clone(), quiet=True)  # already expanded over the heads
-    blocked = right.clone()
-    blocked[1, :, 4:] = False  # the padding queries attend to nothing: outputs thrown away anyway
-    assert check("0.1", blocked, quiet=True)
-    assert check("0.1", CAUSAL & REAL[:, None, :, None], quiet=True)  # padding on the queries: the same mask here
+    assert check("0.1", _fn(lambda c, r: c & r[:, None, None, :]), quiet=True)
+    assert check("0.1", _fn(lambda c, r: (c & r[:, None, None, :]).expand(-1, 2, -1, -1).clone()), quiet=True)
+    assert check("0.1", _fn(lambda c, r: c & r[:, None, :, None] & r[:, None, None, :]), quiet=True)  # padding queries blocked
+    assert check("0.1", _fn(lambda c, r: c & r[:, None, :, None]), quiet=True)  # padding on the queries: the same mask
+
+
+def _fixed(mask):
+    return lambda lengths, L: mask
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (CAUSAL | REAL[:, None, None, :], "'or'"),
-    (~(CAUSAL & REAL[:, None, None, :]), "polarity"),
-    (CAUSAL[None, None].expand(2, 1, 6, 6), "causal mask alone"),
-    (REAL[:, None, None, :].expand(2, 1, 6, 6), "padding mask alone"),
-    (CAUSAL.T & REAL[:, None, None, :], "transposed"),
-    (CAUSAL & padding_mask([6, 3], max_len=6)[:, None, None, :], "off by one"),
-    (CAUSAL[None] & REAL[:, None, :], "four axes"),  # (B, L, L): no heads axis
-    ((CAUSAL & REAL[:, None, None, :]).float(), "bool"),
+    (_fn(lambda c, r: c | r[:, None, None, :]), "'or'"),
+    (_fn(lambda c, r: ~(c & r[:, None, None, :])), "polarity"),
+    (_fn(lambda c, r: c[None, None].expand(len(r), 1, -1, -1)), "causal mask alone"),
+    (_fn(lambda c, r: r[:, None, None, :].expand(-1, 1, r.shape[1], -1)), "padding mask alone"),
+    (_fn(lambda c, r: c.T & r[:, None, None, :]), "transposed"),
+    (lambda lengths, L: (torch.arange(L)[None, :] <= torch.arange(L)[:, None])  # real = pos <= length: one too many
+     & (torch.arange(L)[None, :] <= torch.tensor(lengths)[:, None])[:, None, None, :], "off by one"),
+    (_fn(lambda c, r: c[None] & r[:, None, :]), "four axes"),  # (B, L, L): no heads axis
+    (_fn(lambda c, r: (c & r[:, None, None, :]).float()), "bool"),
+    (_fixed(CAUSAL & REAL[:, None, None, :]), "wrong for lengths"),  # the first example's mask, whatever the arguments
+    (lambda lengths, L: causal_mask(L) & padding_mask(lengths, max_len=L)[:, None, None, :], "build both conditions"),
+    (CAUSAL & REAL[:, None, None, :], "expected a function"),
 ])
 def test_01_rejects(wrong, says):
     verdict = check("0.1", wrong, quiet=True)

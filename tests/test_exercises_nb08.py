@@ -219,7 +219,7 @@ def test_8_4_rejects_typical_mistakes(dates):
                         ([("27.11.31<"[j], x) for j, x in right], "not the character"),
                         (reads(w, (1, 2)), "these are outputs 1 and 2"),
                         ([(j0, x0), (j1, w[1].min().item())], "its weight is not"),
-                        ([(j0, x0), ((j1 + 3) % w.shape[1], x1)], f"output 1 reads input position {j1}"),
+                        ([(j0, x0), ((j1 + 3) % w.shape[1], x1)], "is not the one it reads most"),
                         ([j0, j1], "should be a pair"),
                         ((j0, x0), "should be a pair")]:
         v = check("8.5", wrong, quiet=True, **context)
@@ -234,3 +234,20 @@ def test_8_3_takes_any_kind_of_number_but_not_a_table(probe_maps):
     assert check("8.4", np.float32(rates[best].item()), quiet=True, W=W, probe=probe)
     v = check("8.4", rates, quiet=True, W=W, probe=probe)                  # every head's rate at once
     assert v.ok is False and "expected one number" in v.message
+
+
+def test_8_5_never_names_the_right_position(dates):
+    context, w = dates
+    (j0, x0), (j1, x1) = reads(w)
+    for wrong in ([(j0 + 1, x0), (j1, x1)], [(j0, x0), ((j1 + 3) % w.shape[1], x1)]):
+        message = check("8.5", wrong, quiet=True, **context).message
+        assert str(j0 if wrong[0][0] != j0 else j1) not in message.replace("count from 0", "").replace("is 0", ""), message
+
+
+def test_tied_heads_both_win():
+    from attnlib.exercises.nb08 import _wins
+
+    per_input = torch.rand(50, 2, 4)
+    per_input[:, 0, 3] = per_input[:, 0, 2]  # head (0, 3) is an exact copy of head (0, 2)
+    assert torch.equal(_wins(per_input, highest=True)[0, 2], _wins(per_input, highest=True)[0, 3])
+    assert torch.equal(_wins(per_input, highest=False)[0, 2], _wins(per_input, highest=False)[0, 3])

@@ -39,14 +39,53 @@ def _combined_mask_truth(lengths=(6, 4), L: int = 6) -> torch.Tensor:
     return causal & real[:, None, None, :]
 
 
+def _rows_right(mask: torch.Tensor, lengths: list[int], L: int) -> bool:
+    """Every real query's row equals the decoder mask's; a padding query's row is that row or all False."""
+    B = len(lengths)
+    try:
+        full = mask.expand(B, 2, L, L)
+    except RuntimeError:
+        return False
+    right = _combined_mask_truth(tuple(lengths), L).expand(B, 2, L, L)
+    padding_query = (torch.arange(L)[None, :] >= torch.tensor(lengths)[:, None])[:, None, :]  # (B, 1, Lq)
+    return bool(((full == right).all(-1) | (padding_query & ~full.any(-1))).all())
+
+
+_HELPERS = {"causal_mask", "padding_mask"}
+
+
 @checker("0.1")
-def causal_and_padding_mask(answer) -> tuple[bool, str]:
-    """One bool mask for a causal self-attention over 2 sequences of 6 and 4 tokens padded to 6.
+def decoder_mask_function(answer) -> tuple[bool, str]:
+    """A function ``decoder_mask(lengths, L)`` that builds, from ``torch.arange`` and comparisons, the bool mask
+    (B, 1, L, L) of a causal self-attention over sequences of ``lengths`` padded to ``L``.
+
+    The mask for lengths (6, 4) and L = 6 goes through :func:`_mask_feedback` (a sentence per mistake); then the
+    function must be right for other batches too. The rows of padding queries may also be all False (their
+    outputs are thrown away; masking the padding on the queries as well gives exactly that): the learner's
+    evidence cannot tell those answers apart.
+    """
+    require(callable_problem(answer, "a function decoder_mask(lengths, L)"))
+    used = _HELPERS & set(getattr(getattr(answer, "__code__", None), "co_names", ()))
+    if used:
+        return False, (f"your function calls {', '.join(sorted(used))}: build both conditions yourself from "
+                       "torch.arange and comparisons (that is what those helpers do inside)")
+    ok, message = _mask_feedback(answer([6, 4], 6))
+    if not ok:
+        return False, message
+    for lengths, L in [([3, 1, 2], 3), ([5], 7), ([2, 8, 8, 1], 8)]:
+        mask = answer(list(lengths), L)
+        require(tensor_problem(mask, what=f"decoder_mask({lengths}, {L})"))
+        if mask.dtype != torch.bool or mask.dim() != 4 or not _rows_right(mask, lengths, L):
+            return False, (f"right for lengths [6, 4] and L = 6, wrong for lengths {lengths} and L = {L}: "
+                           "build the mask from the arguments, not from numbers of the first example")
+    return True, "right for every batch tried; for lengths [6, 4], " + message
+
+
+def _mask_feedback(answer) -> tuple[bool, str]:
+    """The mask of a causal self-attention over 2 sequences of 6 and 4 tokens padded to 6, with a sentence per mistake.
 
     It must broadcast to (B=2, heads, 6, 6): a query sees itself and earlier keys, never a padding
-    key. The rows of the two padding queries of sequence 2 may also be all False (their outputs are
-    thrown away; with the causal part, masking the padding on the queries gives exactly that):
-    the learner's evidence cannot tell those answers apart.
+    key. The rows of the two padding queries of sequence 2 may also be all False.
     """
     require(tensor_problem(answer, what="the mask"))
     if answer.dtype != torch.bool:
@@ -152,6 +191,8 @@ def additive_mask(answer: Callable) -> tuple[bool, str]:
         return False, "that is a bool mask; the exercise asks for the float form, whose values are added to the scores"
     if not got.is_floating_point():
         return False, f"return a float tensor (it is added to the scores), got {got.dtype}"
+    if got.dtype != torch.float32:
+        return False, f"return float32, the dtype of the scores it is added to; got {got.dtype}, which PyTorch refuses to mix"
     allowed, blocked = got[causal], got[~causal]
     if torch.equal(got, causal.float()):
         return False, "mask.float() adds 1 to the allowed scores and 0 to the blocked ones: nothing is blocked"

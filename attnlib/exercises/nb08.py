@@ -34,8 +34,11 @@ ONE_INPUT_IN = 20
 def _wins(per_input: torch.Tensor, highest: bool) -> torch.Tensor:
     """``per_input (N, layers, heads)`` -> ``(layers, heads)``: the share of the N inputs on which each head is the best."""
     flat = per_input.flatten(1)                                                     # (N, layers * heads)
-    best = flat.argmax(1) if highest else flat.argmin(1)
-    return (torch.bincount(best, minlength=flat.shape[1]).float() / flat.shape[0]).reshape(per_input.shape[1:])
+    if highest:
+        best = flat >= flat.max(1, keepdim=True).values - 1e-6                      # every head tied for the best wins
+    else:
+        best = flat <= flat.min(1, keepdim=True).values + 1e-6
+    return best.float().mean(0).reshape(per_input.shape[1:])
 
 
 def _probe_scores(W: torch.Tensor, probe: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
@@ -260,10 +263,9 @@ def invented_digits(answer: Any, *, dater, src_vocab, text: str) -> tuple[bool, 
         return False, "these are outputs 1 and 2; row 0 of the weights is already the first output digit (no start token)"
     for p, ((j, x), (rj, rx)) in enumerate(zip(pairs, right)):
         if j == rj + 1:
-            return False, f"output {p}: input positions count from 0, so {keys[rj]!r} is at position {rj}, not {j}"
+            return False, f"output {p}: one position too far? input positions count from 0 (the first character is 0)"
         if j != rj:
-            where = f"{keys[j]!r}" if 0 <= j < len(keys) else "nothing (out of range)"
-            return False, (f"output {p} reads input position {rj} ({keys[rj]!r}) most, not {j} ({where}): take the "
+            return False, (f"output {p}: input position {j} is not the one it reads most: take the "
                            f"argmax of its row of weights over the {len(keys)} input positions")
         if not 0 <= x <= 1:
             return False, f"output {p}: {x:g} is not an attention weight, which lies between 0 and 1"
