@@ -81,12 +81,15 @@ def cached_greedy(answer, model, src: torch.Tensor, src_key_padding_mask: torch.
     require(callable_problem(answer, "a function fn(model, src, src_key_padding_mask, max_len)"))
     from ..decoding import greedy_decode
 
-    positions, cross_projections = [], []
+    positions, cross_projections, self_projected = [], [], []
     hooks = []
     for layer, block in enumerate(model.decoder):  # record what each decoder layer computes, step by step
         hooks.append(block.ff.register_forward_pre_hook(lambda m, args: positions.append(args[0].shape[1])))
-        hooks.append(block.cross_attn.w_k.register_forward_pre_hook(
-            lambda m, args, layer=layer: cross_projections.append(layer)))
+        for which in ("w_k", "w_v"):
+            hooks.append(getattr(block.cross_attn, which).register_forward_pre_hook(
+                lambda m, args, key=(layer, which): cross_projections.append(key)))
+            hooks.append(getattr(block.self_attn, which).register_forward_pre_hook(
+                lambda m, args: self_projected.append(args[0].shape[1] if args[0].dim() == 3 else 1)))
     try:
         with torch.no_grad():
             ids = answer(model, src, src_key_padding_mask, max_len)
@@ -103,11 +106,16 @@ def cached_greedy(answer, model, src: torch.Tensor, src_key_padding_mask: torch.
                        "prefix at every step (greedy_decode and model.decode do); feed the new token only and let "
                        "the self-attention read the earlier ones from a KVCache")
     steps = len(positions) // len(model.decoder)
-    per_layer = max(cross_projections.count(i) for i in range(len(model.decoder)))
-    if per_layer > 1:
-        return False, (f"the cross-attention's keys were projected from the memory {per_layer} times in one layer "
-                       f"over {steps} steps: the memory does not change while decoding, so project its keys and "
-                       "values once per layer, before the loop")
+    if self_projected and max(self_projected) > 1:
+        return False, (f"the self-attention projected keys or values from {max(self_projected)} positions in one step: "
+                       "that recomputes the prefix's keys and values; keep them, projected, in a KVCache and "
+                       "project the new token only")
+    for which, name in (("w_k", "keys"), ("w_v", "values")):
+        per_layer = max(cross_projections.count((i, which)) for i in range(len(model.decoder)))
+        if per_layer > 1:
+            return False, (f"the cross-attention's {name} were projected from the memory {per_layer} times in one "
+                           f"layer over {steps} steps: the memory does not change while decoding, so project its "
+                           "keys and values once per layer, before the loop")
     with torch.no_grad():
         right = greedy_decode(model, src, src_key_padding_mask, max_len=max_len)  # (B, T')
     eos, pad = model.eos_id, model.pad_id
@@ -122,5 +130,9 @@ def cached_greedy(answer, model, src: torch.Tensor, src_key_padding_mask: torch.
                     " (the new token's position: position t's encoding, not position 0's; and the causal "
                     "self-attention over the cached tokens)")
             return False, f"row {b} differs from greedy decoding at step {t}{hint}"
+        after = ids[b, len(want):]
+        if eos in want and bool((after != pad).any()):
+            return False, (f"row {b} goes on after its <eos>: a finished row must hold the pad id ({pad}) from then "
+                           "on, as greedy decoding's does")
     return True, (f"one target position per block call over {steps} steps, the memory's keys and values projected "
                   "once per layer, and the same ids as greedy decoding")
