@@ -1,6 +1,8 @@
 """Checkers for notebook 02's exercises (Bahdanau attention)."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 from . import checker, require
@@ -20,29 +22,73 @@ def _additive_problem(seed: int, query_shape: tuple[int, ...]):
     return att, queries, keys, mask
 
 
-@checker("2.1")
-def additive_weights_by_hand(answer) -> tuple[bool, str]:
-    """``answer(att, query (B, Dq), keys (B, L, Dk), mask (B, L)) -> weights (B, L)`` from att.W_s, att.W_h, att.v."""
-    require(callable_problem(answer, "a function additive_weights(att, query, keys, mask)"))
-    att, query, keys, mask = _additive_problem(seed=0, query_shape=(3,))
+class _ModuleCalled(Exception):
+    """Raised by a forward pre-hook when an answer calls the attention module itself."""
+
+
+@contextmanager
+def _watch(att, forbid_module: bool):
+    """Count the calls of att.W_s, att.W_h and att.v (with their inputs' ranks); optionally forbid calling att."""
+    calls = {"W_s": [], "W_h": [], "v": []}
+    handles = [getattr(att, name).register_forward_pre_hook(lambda m, args, name=name: calls[name].append(args[0].dim()))
+               for name in calls]
+    if forbid_module:
+        def refuse(module, args):
+            raise _ModuleCalled
+        handles.append(att.register_forward_pre_hook(refuse))
+    try:
+        yield calls
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _reference(att, queries, keys, mask):
+    """Every step's weights ``(B, T, L)`` from the module itself, one step at a time."""
     with torch.no_grad():
-        _, right = att(query, keys, mask)
-        got = answer(att, query, keys, mask)
-    require(tensor_problem(got, (3, 7), what="the weights"))
+        return torch.stack([att(queries[:, t], keys, mask)[1] for t in range(queries.shape[1])], 1)
+
+
+def _weights_problem(got, right, mask, B: int, T: int, L: int) -> str | None:
+    """What is wrong with weights ``got`` (B, T, L) against ``right``, or None."""
+    if isinstance(got, torch.Tensor) and tuple(got.shape) == (B, L, T):
+        return "your weights are (B, L, T); the steps come second and the keys last: (B, T, L)"
+    problem = tensor_problem(got, (B, T, L), what="the weights (B, T, L)")
+    if problem:
+        return problem
     got = got.detach()
+    over_steps = got.nan_to_num(0.0).sum(1)  # (B, L): 1 at every real key if the softmax ran over the steps
+    if torch.allclose(over_steps[mask], torch.ones(int(mask.sum())), atol=1e-5):
+        return "your softmax runs over the steps (dim 1); each step's weights are a distribution over the keys (the last axis)"
     if torch.isnan(got).any():
-        return False, "your weights contain NaN; fill masked scores with -inf only where the mask is False"
-    if not torch.allclose(got.sum(-1), torch.ones(3), atol=1e-5):
-        return False, "each row of weights must sum to 1: apply a softmax over the keys (the last axis)"
-    if (got[~mask] > 1e-6).any():
-        return False, "masked keys (the padding) get weight: set their scores to -inf before the softmax"
-    if not torch.allclose(got, right, atol=1e-5):
-        with torch.no_grad():
-            no_tanh = att.v(att.W_s(query)[:, None] + att.W_h(keys)).squeeze(-1)
-        if torch.allclose(got, no_tanh.masked_fill(~mask, float("-inf")).softmax(-1), atol=1e-5):
-            return False, "the tanh is missing: score = v . tanh(W_s s + W_h h)"
-        return False, "the weights differ from AdditiveAttention's: score = v . tanh(W_s s + W_h h), then a masked softmax"
-    return True, "your weights equal AdditiveAttention's"
+        return "your weights contain NaN; fill masked scores with -inf only where the mask is False"
+    if not torch.allclose(got.sum(-1), torch.ones(B, T), atol=1e-5):
+        return "each step's weights must sum to 1 over the keys: a softmax over the last axis"
+    if (got.masked_select(~mask[:, None, :].expand(B, T, L)) > 1e-6).any():
+        return "masked keys (the padding) get weight: the mask has no step axis yet; give it one before masking the scores"
+    if torch.allclose(got, right[:, :1].expand(B, T, L), atol=1e-5):
+        return "every step got the first step's weights: use all T queries"
+    return None
+
+
+@checker("2.1")
+def step_weights_keys_once(answer) -> tuple[bool, str]:
+    """``answer(att, queries (B, T, Dq), keys (B, L, Dk), mask (B, L)) -> weights (B, T, L)``, ``att.W_h`` run once."""
+    require(callable_problem(answer, "a function step_weights(att, queries, keys, mask)"))
+    B, T, L = 3, 4, 7
+    att, queries, keys, mask = _additive_problem(seed=0, query_shape=(B, T))
+    right = _reference(att, queries, keys, mask)
+    with torch.no_grad(), _watch(att, forbid_module=False) as calls:
+        got = answer(att, queries, keys, mask)
+    require(_weights_problem(got, right, mask, B, T, L))
+    if not torch.allclose(got.detach(), right, atol=1e-5):
+        return False, "the weights differ from AdditiveAttention's step by step: each step t scores its own query against the keys"
+    if len(calls["W_h"]) > 1:
+        return False, (f"the weights are right, but att.W_h ran {len(calls['W_h'])} times: the keys' half does not change "
+                       "between steps, so project the keys once and give every step the projection")
+    if not calls["W_h"]:
+        return False, "the weights are right, but att.W_h never ran: project the keys with the module's own layer (once)"
+    return True, f"every step's weights equal AdditiveAttention's, and the keys were projected once for {T} steps"
 
 
 @checker("2.2")
@@ -51,71 +97,95 @@ def all_step_weights(answer) -> tuple[bool, str]:
     require(callable_problem(answer, "a function all_step_weights(att, queries, keys, mask)"))
     B, T, L = 3, 4, 7
     att, queries, keys, mask = _additive_problem(seed=1, query_shape=(B, T))
-    with torch.no_grad():
-        right = torch.stack([att(queries[:, t], keys, mask)[1] for t in range(T)], 1)  # (B, T, L)
+    right = _reference(att, queries, keys, mask)
+    with torch.no_grad(), _watch(att, forbid_module=True) as calls:
         try:
             got = answer(att, queries, keys, mask)
+        except _ModuleCalled:
+            return False, "your function calls att itself (one step at a time); build the scores from att.W_s, att.W_h and att.v"
         except RuntimeError as err:
-            return False, f"your function raised {err.__class__.__name__}: {str(err).splitlines()[0]} (check the broadcasting: queries (B, T, 1, A) against keys (B, 1, L, A))"
-    if isinstance(got, torch.Tensor) and tuple(got.shape) == (B, L, T):
-        return False, "your weights are (B, L, T); the steps come second and the keys last: (B, T, L)"
-    require(tensor_problem(got, (B, T, L), what="the weights (B, T, L)"))
-    got = got.detach()
-    over_steps = got.nan_to_num(0.0).sum(1)  # (B, L): 1 at every real key if the softmax ran over the steps
-    if torch.allclose(over_steps[mask], torch.ones(int(mask.sum())), atol=1e-5):
-        return False, "your softmax runs over the steps (dim 1); each step's weights are a distribution over the keys (the last axis)"
-    if torch.isnan(got).any():
-        return False, "your weights contain NaN; fill masked scores with -inf only where the mask is False"
-    if not torch.allclose(got.sum(-1), torch.ones(B, T), atol=1e-5):
-        return False, "each step's weights must sum to 1 over the keys: a softmax over the last axis"
-    if (got.masked_select(~mask[:, None, :].expand(B, T, L)) > 1e-6).any():
-        return False, "masked keys (the padding) get weight: the mask (B, L) needs a step axis, mask[:, None, :], before masked_fill"
-    if torch.allclose(got, right[:, :1].expand(B, T, L), atol=1e-5):
-        return False, "every step got the first step's weights: use all T queries"
-    if not torch.allclose(got, right, atol=1e-5):
+            return False, (f"your function raised {err.__class__.__name__}: {str(err).splitlines()[0]} (the queries and "
+                           "the keys each need a size-1 axis where the other has its steps or its positions)")
+    require(_weights_problem(got, right, mask, B, T, L))
+    if not torch.allclose(got.detach(), right, atol=1e-5):
         with torch.no_grad():
             no_tanh = att.v(att.W_s(queries)[:, :, None] + att.W_h(keys)[:, None]).squeeze(-1)
         if torch.allclose(got, no_tanh.masked_fill(~mask[:, None], float("-inf")).softmax(-1), atol=1e-5):
             return False, "the tanh is missing: score = v . tanh(W_s s + W_h h)"
         return False, "the weights differ from AdditiveAttention's step by step: score = v . tanh(W_s s_t + W_h h), then a masked softmax over the keys"
-    return True, "every step's weights equal AdditiveAttention's, in one call"
+    counts = {name: len(ranks) for name, ranks in calls.items()}
+    if counts != {"W_s": 1, "W_h": 1, "v": 1}:
+        return False, (f"the weights are right, but the layers ran {counts['W_s']}, {counts['W_h']} and {counts['v']} times "
+                       "(att.W_s, att.W_h, att.v): call each once, on all the steps together, with no loop over the steps")
+    if calls["W_s"][0] != 3:
+        return False, "the weights are right, but att.W_s did not see all the queries (B, T, Dq) in one call"
+    return True, f"every step's weights equal AdditiveAttention's, each layer called once for all {T} steps"
 
 
-def format1_century(ids: torch.Tensor, data) -> tuple[list[int], float]:
-    """The test dates written like 27.11.31 and the share of them whose first two output digits are right."""
-    fmt1 = [i for i, text in enumerate(data.src_raw) if len(text) == 8 and text[2] == "." and text[5] == "."]
-    right = sum(ids[i, :2].tolist() == data.tgt[i, :2].tolist() for i in fmt1)
-    return fmt1, right / max(len(fmt1), 1)
+class _FakeDates:
+    """Made-up test data: input texts, field spans and a length, like attnlib's Seq2SeqData."""
+
+    def __init__(self, src_raw: list[str]):
+        self.src_raw = src_raw
+        self.spans = [_spans(text) for text in src_raw]
+
+    def __len__(self) -> int:
+        return len(self.src_raw)
+
+
+def _spans(text: str) -> dict[str, tuple[int, int]]:
+    if len(text) == 8 and text[2] == "." and text[5] == ".":
+        return {"day": (0, 2), "month": (3, 5), "year": (6, 8)}
+    return {"day": (0, 0), "month": (0, 0), "year": (len(text) - 4, len(text))}  # enough for the made-up texts
+
+
+def _format1(data) -> list[int]:
+    return [i for i, text in enumerate(data.src_raw) if len(text) == 8 and text[2] == "." and text[5] == "."]
+
+
+def tens_digit_truth(top: torch.Tensor, data) -> tuple[list[int], float]:
+    """The dates written like 27.11.31, and the share of their century rows (outputs 0 and 1) whose argmax is input 6."""
+    fmt1 = _format1(data)
+    on_tens = sum(int(top[i, p]) == 6 for i in fmt1 for p in (0, 1))
+    return fmt1, on_tens / max(2 * len(fmt1), 1)
 
 
 @checker("2.3")
-def century_accuracy(answer, ids: torch.Tensor, data) -> tuple[bool, str]:
-    """``answer(ids (N, T), data) -> float``: the share of format-1 dates (dd.mm.yy) whose century is right.
+def tens_digit_share(answer, top: torch.Tensor, data) -> tuple[bool, str]:
+    """``answer(top (N, T), data) -> float``: in format 1 (dd.mm.yy), the share of the century rows (output
+    positions 0 and 1) whose argmax is the tens digit of the year (input position 6).
 
-    Run on made-up outputs where some centuries are wrong, and on the notebook's own ``ids`` and ``data``."""
-    from types import SimpleNamespace
-
-    require(callable_problem(answer, "a function century_share(ids, data)"))
-    # made up: four dates in format 1 (two centuries right, one wrong in each digit), two written out, both right
-    fake = SimpleNamespace(src_raw=["27.11.31", "may 1, 2001", "01.02.99", "1 may 1960", "02.03.04", "05.06.71"],
-                           tgt=torch.tensor([[3, 4, 5], [3, 3, 4], [2, 10, 10], [2, 10, 7], [3, 3, 3], [2, 10, 8]]))
-    fake_ids = torch.tensor([[3, 4, 5], [3, 3, 4], [2, 11, 10], [2, 10, 7], [2, 3, 3], [2, 10, 8]])
-    for name, (i, d) in {"made-up outputs": (fake_ids, fake), "this model's outputs": (ids, data)}.items():
+    Run on made-up argmax positions, and on the notebook's own ``top`` and ``data``."""
+    require(callable_problem(answer, "a function tens_digit_share(top, data)"))
+    fake = _FakeDates(["27.11.31", "may 1, 2001", "01.02.99", "1 may 1960", "02.03.04", "05.06.71"])
+    fake_top = torch.tensor([[6, 7, 0], [6, 6, 0], [6, 6, 0], [6, 0, 0], [7, 6, 0], [6, 2, 0]])  # 5 of the 8 century rows on input 6
+    for name, (t, d) in {"made-up argmax positions": (fake_top, fake), "this model's maps": (top, data)}.items():
         try:
-            got = float(answer(i, d))
-        except (TypeError, ValueError) as err:
-            return False, f"expected your function to return a number (a share between 0 and 1): {err}"
-        fmt1, truth = format1_century(i, d)
+            got = answer(t, d)
+        except Exception as err:  # noqa: BLE001  the learner's own code failed
+            return False, (f"your function raised {err.__class__.__name__}: {err}; it gets top (N, T) and data "
+                           "(data.src_raw, the input texts; data.spans, each field's input span; len(data))")
+        try:
+            got = float(got)
+        except (TypeError, ValueError):
+            return False, f"expected your function to return a number (a share between 0 and 1), got {type(got).__name__}"
+        fmt1, truth = tens_digit_truth(t, d)
         if abs(got - truth) < 1e-6:
             continue
-        everyone = sum(i[k, :2].tolist() == d.tgt[k, :2].tolist() for k in range(len(d.src_raw))) / len(d.src_raw)
-        first_only = sum(int(i[k, 0]) == int(d.tgt[k, 0]) for k in fmt1) / max(len(fmt1), 1)
-        if abs(got - everyone) < 1e-6:
-            return False, "that is over all dates; keep only those written like 27.11.31, where the century is not in the input"
-        if abs(got - first_only) < 1e-6:
-            return False, "you compared only the first digit; the century is two digits (19 or 20)"
+        rows = [(i, p) for i in fmt1 for p in (0, 1)]
+        share = lambda hit, rows: sum(hit(i, p) for i, p in rows) / max(len(rows), 1)  # noqa: E731
         if got > 1:
             return False, "give a share between 0 and 1, not a count"
-        return False, f"on the {name} your function does not give the share of format-1 dates with the right century"
-    fmt1, truth = format1_century(ids, data)
-    return True, f"your function counts the format-1 dates ({len(fmt1)} here) and the share with the right century"
+        if abs(got - share(lambda i, p: int(t[i, p]) in (6, 7), rows)) < 1e-6:
+            return False, "you counted the whole two-digit year; only its tens digit (the 3 of 31) decides the century"
+        if abs(got - share(lambda i, p: int(t[i, p]) == 7, rows)) < 1e-6:
+            return False, "that is the last digit of the year; the century follows from the one before it"
+        if abs(got - share(lambda i, p: int(t[i, p]) == 6, [(i, 0) for i in fmt1])) < 1e-6 or \
+                abs(got - share(lambda i, p: int(t[i, p]) == 6, [(i, 1) for i in fmt1])) < 1e-6:
+            return False, "the century has two output rows (positions 0 and 1); count both"
+        everyone = [(i, p) for i in range(len(d.src_raw)) for p in (0, 1)]
+        if abs(got - share(lambda i, p: int(t[i, p]) == 6, everyone)) < 1e-6:
+            return False, "that is over all dates; keep only those written like 27.11.31 (a two-digit year)"
+        return False, f"on the {name} your function does not give the share of format-1 century rows whose argmax is the year's tens digit"
+    fmt1, _ = tens_digit_truth(top, data)
+    return True, f"your function finds the {len(fmt1)} format-1 dates here and the share of their century rows on the tens digit"
