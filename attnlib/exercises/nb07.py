@@ -80,13 +80,13 @@ def _schedule_mistake(answer, steps: int, peak: float, warmup: int) -> str | Non
         return ("off by one step: yours is the rate of the next step (what the history records after each step); "
                 "step 0 is the first step")
     if warmup and same(lambda s: peak * min(1.0, s / warmup) * cosine(s)):
-        return "with your ramp the first step has a learning rate of 0, so it changes nothing; the ramp is 1/warmup there"
+        return "with your ramp the first step has a learning rate of 0, so it changes nothing"
     if warmup and same(lambda s: peak * cosine(s)):
-        return "the warm-up is missing: over the first warmup steps the rate climbs to the cosine"
+        return "the warm-up is missing: your rates do not change with warmup"
     if warmup and same(lambda s: peak * ramp(s) if s < warmup else
                        peak * 0.5 * (1 + math.cos(math.pi * (s - warmup) / (steps - warmup)))):
-        return ("a warm-up followed by a cosine over the remaining steps is a common schedule, but not this one: here "
-                "the cosine runs over all the steps from step 0, and the ramp scales it")
+        return ("a warm-up followed by a cosine over the remaining steps is a common schedule, but not this one: "
+                "compare your rates with history[\"lr\"] after step warmup")
     return None
 
 
