@@ -46,7 +46,18 @@ def test_51_rejects(wrong, says):
 
 def test_51_accepts():
     assert check("5.1", right_head, quiet=True)
-    assert check("5.1", by_view, quiet=True)
+
+
+def test_51_rejects_calling_the_projection():  # cell 10's split on the projection's output bypasses the slicing
+    verdict = check("5.1", by_view, quiet=True)
+    assert verdict.ok is False and "instead of calling the projection" in verdict.message, verdict.message
+
+
+def test_51_messages_do_not_give_the_rows_away():
+    for wrong in (lambda m, x, j: torch.full((x.shape[0], x.shape[1], x.shape[1]), 1 / x.shape[1]),
+                  lambda m, x, j: right_head(m, x, (j + 1) % m.num_heads)):
+        message = check("5.1", wrong, quiet=True).message
+        assert "*d_k" not in message and "rows" not in message, message
 
 
 SHIFT = torch.eye(8).roll(1, dims=1)  # row j = e_(j+1): key j matches query j + 1
@@ -72,21 +83,39 @@ def test_52_accepts():
     assert check("5.2", (10 * torch.eye(8)[:, :], 10 * SHIFT), quiet=True)  # any scale large enough
 
 
-LEFT = torch.ones(5, 5, dtype=torch.bool).tril()
-ALL = torch.ones(5, 5, dtype=torch.bool)
-RIGHT_53 = torch.stack([LEFT, LEFT.T, ALL, ALL])[None]
+def window(h, T, cmp=lambda dist, heads: dist <= heads, one_side=False):
+    i = torch.arange(T)
+    d = i[:, None] - i[None, :]
+    dist = d if one_side else d.abs()
+    mask = cmp(dist[None, None], torch.arange(h)[None, :, None, None])
+    return mask & (d >= 0) if one_side else mask
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (~RIGHT_53, "polarity"),
-    (torch.stack([LEFT.T, LEFT, ALL, ALL])[None], "swapped"),
-    (RIGHT_53[0], "shape"),
-    (torch.stack([LEFT, LEFT.T, ALL, LEFT])[None], "head 3"),
+    (lambda h, T: ~window(h, T), "polarity"),
+    (lambda h, T: window(h, T, cmp=lambda d, j: d < j), "sees nothing"),
+    (lambda h, T: window(h, T, cmp=lambda d, j: d == j), "exactly j away"),
+    (lambda h, T: window(h, T, one_side=True), "one side"),
+    (lambda h, T: window(h, T)[0], "shape"),
+    (lambda h, T: window(h, T).float(), "bool"),
+    (lambda h, T: window(h, T, cmp=lambda d, j: d <= j + 1), "head 0"),
+    (lambda h, T: window(h, T).flip(1), "head 0"),  # heads in the wrong order
+    (window(4, 6), "function"),
 ])
 def test_53_rejects(wrong, says):
     verdict = check("5.3", wrong, quiet=True)
-    assert verdict.ok is False and says in verdict.message
+    assert verdict.ok is False and says in verdict.message, verdict.message
 
 
 def test_53_accepts():
-    assert check("5.3", RIGHT_53, quiet=True)
+    assert check("5.3", window, quiet=True)
+
+    def with_loop(h, T):  # a loop over heads and pairs gives the same mask
+        mask = torch.zeros(1, h, T, T, dtype=torch.bool)
+        for j in range(h):
+            for a in range(T):
+                for b in range(T):
+                    mask[0, j, a, b] = abs(a - b) <= j
+        return mask
+
+    assert check("5.3", with_loop, quiet=True)

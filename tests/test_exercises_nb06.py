@@ -9,25 +9,36 @@ import torch
 import attnlib
 from attnlib.exercises import check
 
-I = torch.arange(32, dtype=torch.float64)
-RIGHT_61 = 2 * math.pi * 10000.0 ** (2 * I / 64)
+def omega(pe, sin_col=0):
+    return torch.atan2(pe[1, sin_col::2], pe[1, 1 - sin_col::2])  # (d/2,)
+
+
+def by_zero_crossings(pe):  # counts sign changes of each sin column: blind to waves longer than the table
+    N = pe.shape[0]
+    changes = (torch.sign(pe[1:, 0::2]) != torch.sign(pe[:-1, 0::2])).sum(0).double()
+    return 2 * N / changes.clamp_min(1)
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (10000.0 ** (2 * I / 64), "2π"),
-    (2 * math.pi * 10000.0 ** (I / 64), "2i/d"),
-    (10000.0 ** (-2 * I / 64), "frequencies"),
-    (RIGHT_61.flip(0), "reversed"),
-    (RIGHT_61[:16], "shape"),
+    (lambda pe: 1 / omega(pe), "2π"),
+    (lambda pe: omega(pe), "frequencies"),
+    (lambda pe: (2 * math.pi / omega(pe)).flip(0), "reversed"),
+    (lambda pe: 2 * math.pi / omega(pe, sin_col=1), "swapped"),
+    (lambda pe: 2 * math.pi / torch.acos(pe[1, 1::2]), "long"),  # cos of a tiny angle is 1 in float32
+    (by_zero_crossings, "long"),
+    (lambda pe: (2 * math.pi / omega(pe))[:4], "shape"),
+    (lambda pe: 2 * math.pi * 10000.0 ** (2 * torch.arange(pe.shape[1] // 2) / pe.shape[1]), "base"),  # assumed 10000
+    (2 * math.pi * 10000.0 ** (2 * torch.arange(32) / 64), "function"),
 ])
 def test_61_rejects(wrong, says):
     verdict = check("6.1", wrong, quiet=True)
-    assert verdict.ok is False and says in verdict.message
+    assert verdict.ok is False and says in verdict.message, verdict.message
 
 
 def test_61_accepts():
-    assert check("6.1", RIGHT_61, quiet=True)
-    assert check("6.1", RIGHT_61.float(), quiet=True)
+    assert check("6.1", lambda pe: 2 * math.pi / omega(pe), quiet=True)
+    assert check("6.1", lambda pe: 2 * math.pi / torch.asin(pe[1, 0::2].double()), quiet=True)  # every ω here is below π/2
+    assert check("6.1", lambda pe: 2 * math.pi / omega(pe.double()), quiet=True)
 
 
 def right_distance(q, k, v, slope):
@@ -86,15 +97,37 @@ def gap(block, x, perm, alpha, *, shuffle_pe=False, unshuffle=True, relative=Tru
     return float(diff / out.norm() if relative else diff)
 
 
+def bisect(tol=1e-4, keep="hi", flip=False, **kw):
+    def fn(block, x, perm, target):
+        lo, hi = 0.0, 4.0
+        while hi - lo > tol:
+            mid = (lo + hi) / 2
+            below = gap(block, x, perm, mid, **kw) < target
+            if below != flip:
+                lo = mid
+            else:
+                hi = mid
+        return hi if keep == "hi" else lo
+    return fn
+
+
 @pytest.mark.parametrize("wrong, says", [
-    (lambda b, x, p, a: gap(b, x, p, a, shuffle_pe=True), "moved the positions"),
-    (lambda b, x, p, a: gap(b, x, p, a, unshuffle=False), "undo the shuffle"),
-    (lambda b, x, p, a: gap(b, x, p, a, relative=False), "divide by the norm"),
+    (bisect(shuffle_pe=True), "moved the positions"),  # the gap stays 0: the search ends at 4
+    (bisect(unshuffle=False), "perm.argsort()"),
+    (bisect(relative=False), "divide by the norm"),
+    (bisect(flip=True), "wrong half"),
+    (lambda b, x, p, t: t, "aiming for"),
+    (lambda b, x, p, t: gap(b, x, p, t), "relative gap is"),  # the gap at alpha = target
+    (lambda b, x, p, t: "0.2", "a number"),
+    (bisect()(None, None, None, None) if False else 0.3, "function"),
 ])
 def test_63_rejects(wrong, says):
     verdict = check("6.3", wrong, quiet=True)
-    assert verdict.ok is False and says in verdict.message
+    assert verdict.ok is False and says in verdict.message, verdict.message
 
 
 def test_63_accepts():
-    assert check("6.3", gap, quiet=True)
+    assert check("6.3", bisect(), quiet=True)
+    assert check("6.3", bisect(keep="lo"), quiet=True)  # either end of the last interval
+    assert check("6.3", bisect(tol=1e-3), quiet=True)  # stopped at the tolerance the task asks for
+    assert check("6.3", lambda b, x, p, t: torch.tensor(bisect()(b, x, p, t)), quiet=True)  # a 0-d tensor

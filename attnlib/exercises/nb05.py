@@ -1,4 +1,4 @@
-"""Checkers for notebook 05's exercises (one head by hand, a previous-token head wired by hand, per-head masks)."""
+"""Checkers for notebook 05's exercises (one head by hand, a previous-token head wired by hand, a window mask per head)."""
 from __future__ import annotations
 
 import torch
@@ -7,12 +7,23 @@ from . import checker, require
 from .nb00 import callable_problem, tensor_problem
 
 
+class _WeightsOnly:
+    """A projection's ``weight`` and ``bias``, readable; calling it raises (the exercise slices the weights itself)."""
+
+    def __init__(self, linear, name):
+        self.weight, self.bias, self._name = linear.weight, linear.bias, name
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"slice mha.{self._name}.weight and .bias instead of calling mha.{self._name}")
+
+
 class _NoCalls(torch.nn.Module):
-    """Wraps a MultiHeadAttention's weights; calling it is not allowed (the exercise builds a head by hand)."""
+    """Wraps a MultiHeadAttention's weights; calling it or its projections is not allowed (the exercise builds a head by hand)."""
 
     def __init__(self, mha):
         super().__init__()
-        self.w_q, self.w_k, self.w_v, self.w_o = mha.w_q, mha.w_k, mha.w_v, mha.w_o
+        self.w_q, self.w_k = _WeightsOnly(mha.w_q, "w_q"), _WeightsOnly(mha.w_k, "w_k")
+        self.w_v, self.w_o = _WeightsOnly(mha.w_v, "w_v"), _WeightsOnly(mha.w_o, "w_o")
         self.num_heads, self.d_k, self.d_model = mha.num_heads, mha.d_k, mha.d_model
 
     def forward(self, *args, **kwargs):
@@ -45,6 +56,9 @@ def head_by_hand(answer) -> tuple[bool, str]:
             try:
                 got = answer(_NoCalls(mha), x.clone(), j)
             except RuntimeError as err:
+                if str(err).startswith("slice mha."):
+                    return False, ("the exercise builds head j from the weight matrices themselves: "
+                                   + str(err).split(" instead")[0] + " instead of calling the projection")
                 if "instead of calling mha" in str(err):
                     return False, "build head j from mha.w_q and mha.w_k (weight and bias) instead of calling mha"
                 raise
@@ -59,9 +73,9 @@ def head_by_hand(answer) -> tuple[bool, str]:
                 return False, "the projections have biases: take the same slice of mha.w_q.bias and mha.w_k.bias"
             if any(torch.allclose(got, right_other, atol=1e-5) for right_other in
                    (mha(x, x, x)[1][:, i] for i in range(h) if i != j)):
-                return False, f"that is another head's map: head {j} owns the outputs {j}*d_k .. ({j}+1)*d_k - 1 of each projection"
-            return False, (f"head {j} of a {h}-head layer with d_model = {d}: the weights differ; head j uses rows "
-                           "j*d_k .. (j+1)*d_k - 1 of each projection's weight (its outputs)")
+                return False, f"that is another head's map, not head {j}'s: which outputs of W_Q belong to head {j}?"
+            return False, (f"head {j} of a {h}-head layer with d_model = {d}: the weights differ from head {j}'s; "
+                           f"which outputs of W_Q and W_K belong to head {j}?")
     return True, "head j is rows j*d_k .. (j+1)*d_k - 1 of W_Q and W_K, scaled by the square root of d_k"
 
 
@@ -98,20 +112,35 @@ def previous_token_head(answer, T: int = 8, threshold: float = 0.9) -> tuple[boo
     return False, f"query {wrong} likes key {int(best[wrong - 1])} most, not key {wrong - 1} (the token before it)"
 
 
+def _window(h: int, T: int) -> torch.Tensor:
+    i = torch.arange(T)
+    return (i[:, None] - i[None, :]).abs()[None, None] <= torch.arange(h)[None, :, None, None]  # (1, h, T, T)
+
+
 @checker("5.3")
-def per_head_mask(answer, T: int = 5) -> tuple[bool, str]:
-    """A (1, 4, T, T) mask: head 0 left + itself, head 1 right + itself, heads 2 and 3 everything."""
-    require(tensor_problem(answer, (1, 4, T, T), what="the mask"))
-    if answer.dtype != torch.bool:
-        return False, f"expected a bool mask (True = may attend), got {answer.dtype}"
-    left = torch.ones(T, T, dtype=torch.bool).tril()
-    everything = torch.ones(T, T, dtype=torch.bool)
-    right = torch.stack([left, left.T, everything, everything])[None]
-    if torch.equal(answer, ~right):
-        return False, "the polarity is inverted: True means 'may attend'"
-    if torch.equal(answer[0, 0], left.T) and torch.equal(answer[0, 1], left):
-        return False, "heads 0 and 1 are swapped: row i is query i, so 'left' means keys 0..i (the lower triangle)"
-    for head, name in ((0, "left and itself"), (1, "right and itself"), (2, "everything"), (3, "everything")):
-        if not torch.equal(answer[0, head], right[0, head]):
-            return False, f"head {head} should see {name}"
-    return True, "one (T, T) mask per head, broadcast over the batch"
+def window_mask(answer) -> tuple[bool, str]:
+    """``answer(h, T) -> (1, h, T, T)`` bool mask: head j lets query i see key k when |i - k| <= j."""
+    require(callable_problem(answer, "a function window_mask(h, T)"))
+    for h, T in ((4, 6), (2, 7), (3, 3)):
+        got = answer(h, T)
+        require(tensor_problem(got, (1, h, T, T), what=f"window_mask({h}, {T})"))
+        if got.dtype != torch.bool:
+            return False, f"expected a bool mask (True = may attend), got {got.dtype}"
+        right = _window(h, T)
+        if torch.equal(got, right):
+            continue
+        i = torch.arange(T)
+        dist = (i[:, None] - i[None, :]).abs()[None, None]
+        heads = torch.arange(h)[None, :, None, None]
+        if torch.equal(got, ~right):
+            return False, "the polarity is inverted: True means 'may attend'"
+        if torch.equal(got, dist < heads):
+            return False, "head 0 sees nothing at all: every query must at least see itself (distance 0)"
+        if torch.equal(got, dist == heads):
+            return False, "head j sees only the keys exactly j away: it should see every key up to j away"
+        signed = (i[:, None] - i[None, :])[None, None]
+        if torch.equal(got, (signed >= 0) & (signed <= heads)) or torch.equal(got, (signed <= 0) & (-signed <= heads)):
+            return False, "the window covers one side only: |i - k| counts keys on both sides of the query"
+        bad = [j for j in range(h) if not torch.equal(got[0, j], right[0, j])]
+        return False, f"window_mask({h}, {T}): head {bad[0]} does not see exactly the keys within {bad[0]} of each query"
+    return True, "one (T, T) window per head: head j sees every key up to j positions away, on both sides"

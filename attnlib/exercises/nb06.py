@@ -1,4 +1,4 @@
-"""Checkers for notebook 06's exercises (wavelengths, a distance bias inside attention, shuffled content)."""
+"""Checkers for notebook 06's exercises (wavelengths read off a table, a distance bias inside attention, the alpha at which positions break the symmetry)."""
 from __future__ import annotations
 
 import math
@@ -9,24 +9,39 @@ from . import checker, require
 from .nb00 import callable_problem, tensor_problem
 
 
+def _table_omega(pe: torch.Tensor, sin_col: int = 0) -> torch.Tensor:
+    return torch.atan2(pe[1, sin_col::2].double(), pe[1, 1 - sin_col::2].double())  # (d/2,) angle per position
+
+
 @checker("6.1")
-def wavelengths_64(answer) -> tuple[bool, str]:
-    """The 32 wavelengths (in positions) of the sinusoidal table with d_model = 64, pair 0 first."""
-    require(tensor_problem(answer, (32,), what="the wavelengths"))
-    i = torch.arange(32, dtype=torch.float64)
-    right = 2 * math.pi * 10000.0 ** (2 * i / 64)
-    got = answer.detach().double()
-    if torch.allclose(got, right.flip(0), rtol=1e-4):
-        return False, "the order is reversed: pair 0 (dimensions 0 and 1) has the shortest wavelength"
-    if torch.allclose(got, right / (2 * math.pi), rtol=1e-4):
-        return False, "you forgot the 2π: sin(p ω) repeats when p ω grows by 2π, so λ = 2π / ω"
-    if torch.allclose(got, 1 / right * 2 * math.pi, rtol=1e-4) or torch.allclose(got, 1 / right, rtol=1e-4):
-        return False, "those are frequencies; the wavelength is 2π divided by the frequency"
-    if torch.allclose(got, 2 * math.pi * 10000.0 ** (i / 64), rtol=1e-4):
-        return False, "the exponent is 2i/d, not i/d: pair i uses dimensions 2i and 2i + 1"
-    if not torch.allclose(got, right, rtol=1e-4):
-        return False, f"pair 0 should repeat every {right[0]:.2f} positions and pair 31 every {right[-1]:.0f}"
-    return True, f"from {right[0]:.2f} to {right[-1]:,.0f} positions"
+def wavelengths_from_table(answer) -> tuple[bool, str]:
+    """``answer(pe (N, d)) -> (d/2,)``: the wavelengths of a sinusoidal table of unknown base, measured from it."""
+    from attnlib.positional import sinusoidal_encoding
+
+    require(callable_problem(answer, "a function wavelengths_from_table(pe)"))
+    for d, N, base in ((64, 50, 10000.0), (16, 30, 100.0), (32, 20, 500.0)):
+        pe = sinusoidal_encoding(d, N, base=base)  # (N, d)
+        got = answer(pe.clone())
+        require(tensor_problem(got, (d // 2,), what=f"the wavelengths of a ({N}, {d}) table"))
+        got = got.detach().double()
+        right = 2 * math.pi * base ** (2 * torch.arange(d // 2, dtype=torch.float64) / d)  # (d/2,)
+        if torch.allclose(got, right, rtol=1e-3):
+            continue
+        if torch.allclose(got, right.flip(0), rtol=1e-3):
+            return False, "the order is reversed: pair 0 (dimensions 0 and 1) has the shortest wavelength"
+        if torch.allclose(got, right / (2 * math.pi), rtol=1e-3):
+            return False, "that is one radian's worth of positions: one full turn is an angle of 2π"
+        if torch.allclose(got, 2 * math.pi / right, rtol=1e-3) or torch.allclose(got, 1 / right, rtol=1e-3):
+            return False, "those are angles per position (frequencies); the wavelength is the number of positions per turn"
+        if torch.allclose(got, 2 * math.pi / _table_omega(pe, sin_col=1), rtol=1e-3):
+            return False, "sin and cos are swapped: the sin of pair i is in dimension 2i, the cos in 2i + 1"
+        if torch.allclose(got[:2], right[:2], rtol=0.05):
+            return False, (f"for the ({N}, {d}) table with base {base:g} the short wavelengths are (nearly) right but the long "
+                           "ones are not: a pair that turns less than once over the table has no zero crossing, and "
+                           "its cos is 1 to float precision; read each pair's angle from both its sin and its cos")
+        return False, (f"for the ({N}, {d}) table with base {base:g} the wavelengths differ from the ones the table "
+                       "turns with; row p of pair i is (sin p·ω_i, cos p·ω_i)")
+    return True, "every pair's wavelength read off the table, whatever its base"
 
 
 def _biased(q, k, v, slope, sign=-1.0, absolute=True, scale=True):
@@ -68,35 +83,59 @@ def distance_bias_fn(answer) -> tuple[bool, str]:
     return True, "the scores fall by slope for every position between query and key; with slope 0 it is plain attention"
 
 
-def _gap(block, x, perm, alpha):
+def _gap(block, x, perm, alpha, shuffle_pe=False, unshuffle=True, relative=True):
     from attnlib.positional import sinusoidal_encoding
 
     pe = sinusoidal_encoding(x.shape[2], x.shape[1])
     with torch.no_grad():
         out = block(x + alpha * pe)
-        out_perm = block(x[:, perm] + alpha * pe)[:, perm.argsort()]
-    return float((out_perm - out).norm() / out.norm())
+        out_perm = block(x[:, perm] + alpha * (pe[perm] if shuffle_pe else pe))
+        out_perm = out_perm[:, perm.argsort()] if unshuffle else out_perm
+    diff = (out_perm - out).norm()
+    return float(diff / out.norm() if relative else diff)
+
+
+def _crossing(gap, target, lo=0.0, hi=4.0, tol=1e-7):
+    """The alpha in [lo, hi] where an increasing gap(alpha) reaches target, by bisection."""
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if gap(mid) < target else (lo, mid)
+    return hi
 
 
 @checker("6.3")
-def equivariance_gap_fn(answer) -> tuple[bool, str]:
-    """``answer(block, x (B, T, d), perm (T,), alpha) -> float``: relative L2 gap between the output on the
-    original order and the output on shuffled content (positions kept in place), unshuffled."""
+def alpha_for_gap(answer) -> tuple[bool, str]:
+    """``answer(block, x (B, T, d), perm (T,), target) -> float``: the alpha in [0, 4] at which the relative gap
+    between the block's output and its unshuffled output on shuffled content (positions kept in place) reaches target."""
     from attnlib.transformer import TransformerBlock
 
-    require(callable_problem(answer, "a function equivariance_gap(block, x, perm, alpha)"))
+    require(callable_problem(answer, "a function alpha_for_gap(block, x, perm, target)"))
     torch.manual_seed(0)
     block = TransformerBlock(d_model=16, num_heads=2, d_ff=32, dropout=0.0).eval()
     g = torch.Generator().manual_seed(0)
     x, perm = torch.randn(3, 6, 16, generator=g), torch.tensor([3, 0, 5, 1, 4, 2])
-    at0, at1 = float(answer(block, x.clone(), perm, 0.0)), float(answer(block, x.clone(), perm, 1.0))
-    right0, right1 = _gap(block, x, perm, 0.0), _gap(block, x, perm, 1.0)
-    if at0 > 1e-3:
-        return False, (f"at alpha = 0 your gap is {at0:.3f}, but without positions the block is equivariant: "
-                       "did you undo the shuffle on the output (index it with perm.argsort())?")
-    if at1 < 1e-4:
-        return False, ("at alpha = 1 your gap is 0: you moved the positions along with the content; "
-                       "shuffle x only and add the table in its original order")
-    if abs(at1 - right1) > 1e-3 * max(1.0, right1):
-        return False, f"at alpha = 1 the relative gap should be {right1:.4f}, yours is {at1:.4f} (divide by the norm of the unshuffled output)"
-    return True, f"gap {right0:.1e} without positions, {right1:.3f} with them"
+    for target in (0.1, 0.5):
+        got = answer(block, x.clone(), perm.clone(), target)
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if not isinstance(got, (int, float)):
+            return False, f"expected a number (the alpha), got {type(got).__name__}"
+        got = float(got)
+        right = _crossing(lambda a: _gap(block, x, perm, a), target)
+        if abs(got - right) <= 2e-3:
+            continue
+        if abs(got - target) < 1e-6:
+            return False, "that is the gap you were aiming for; return the alpha at which the gap reaches it"
+        if got <= 1e-3:
+            return False, ("you returned alpha = 0, where the gap is 0 (no positions). If your gap is not 0 there, undo "
+                           "the shuffle on the output (index it with perm.argsort()); if it is, check which half "
+                           "your search keeps: the gap grows with alpha")
+        if got >= 4.0 - 1e-3:
+            return False, ("your search ended at alpha = 4. Either your gap never reaches the target (if you moved the "
+                           "positions along with the content, shuffle x only and add the table in its original "
+                           "order), or your search keeps the wrong half: the gap grows with alpha")
+        if abs(got - _crossing(lambda a: _gap(block, x, perm, a, relative=False), target)) <= 2e-3:
+            return False, "the gap is relative: divide by the norm of the unshuffled output"
+        return False, (f"for target {target}: at your alpha = {got:.4f} the relative gap is "
+                       f"{_gap(block, x, perm, got):.4f}; it should reach {target} there, to within alpha ± 0.001")
+    return True, "the alpha at which shuffling the content changes the output by the target, found by bisection"
