@@ -304,7 +304,7 @@ def previous_digit_batch(n: int, generator: torch.Generator | int, length: int =
                          ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` sequences of ``length`` uniform digits; the target at each position is the digit before it.
 
-    Built in notebook 06 (section 4) and used again in notebook 12: a task that only positions can
+    Introduced in notebook 06 (section 4) and used again in notebook 12: a task that only positions can
     solve. Position 0 has no previous digit: its target is ``ignore_index``. The draws come from
     ``generator`` (a ``torch.Generator`` or an int seed). Returns ``tokens (n, length)`` and
     ``targets (n, length)``.

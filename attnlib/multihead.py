@@ -11,7 +11,7 @@ and every model of the series uses it:
 * ``window`` (notebook 12): each token sees only itself and the ``window - 1`` tokens before it.
 * ``forward(..., cache=KVCache)`` (notebook 11): the keys and values of earlier tokens are kept, so a
   decoder computes only the new token's. Only the g key/value heads are stored.
-* ``forward(..., head_mask=...)`` (notebooks 11 and 13): remove heads to see what they did (ablation).
+* ``forward(..., head_mask=...)`` (taught in notebook 05; used in 11 and 13): remove heads to see what they did (ablation).
 """
 from __future__ import annotations
 
