@@ -5,39 +5,66 @@ import torch
 from attnlib.exercises import check
 
 
-def combine_right(m1, l1, m2, l2):
+def merge_right(m1, l1, acc1, m2, l2, acc2):
     m = torch.maximum(m1, m2)
     safe = torch.where(m == float("-inf"), 0.0, m)
-    return m, l1 * torch.exp(m1 - safe) + l2 * torch.exp(m2 - safe)
+    a1, a2 = torch.exp(m1 - safe), torch.exp(m2 - safe)
+    l = l1 * a1 + l2 * a2
+    return (acc1 * a1 + acc2 * a2) / torch.where(l == 0, 1.0, l)
 
 
-def combine_no_rescale(m1, l1, m2, l2):
-    return torch.maximum(m1, m2), l1 + l2
-
-
-def combine_nan(m1, l1, m2, l2):
+def merge_normalised_first(m1, l1, acc1, m2, l2, acc2):  # each half's output, weighted by its share: also right
     m = torch.maximum(m1, m2)
-    return m, l1 * torch.exp(m1 - m) + l2 * torch.exp(m2 - m)
+    safe = torch.where(m == float("-inf"), 0.0, m)
+    w1, w2 = l1 * torch.exp(m1 - safe), l2 * torch.exp(m2 - safe)
+    o1, o2 = torch.nan_to_num(acc1 / l1), torch.nan_to_num(acc2 / l2)
+    return torch.nan_to_num((o1 * w1 + o2 * w2) / (w1 + w2))
 
 
-def combine_min(m1, l1, m2, l2):
-    m = torch.minimum(m1, m2)
-    return m, l1 * torch.exp(m1 - m) + l2 * torch.exp(m2 - m)
+def merge_no_rescale(m1, l1, acc1, m2, l2, acc2):
+    return torch.nan_to_num((acc1 + acc2) / (l1 + l2))
 
 
-def test_12_1_accepts_the_rescaled_merge():
-    assert check("12.1", combine_right, quiet=True)
+def merge_average(m1, l1, acc1, m2, l2, acc2):
+    return torch.nan_to_num((acc1 / l1 + acc2 / l2) / 2)
+
+
+def merge_nan(m1, l1, acc1, m2, l2, acc2):
+    m = torch.maximum(m1, m2)
+    a1, a2 = torch.exp(m1 - m), torch.exp(m2 - m)
+    return (acc1 * a1 + acc2 * a2) / (l1 * a1 + l2 * a2)
+
+
+def merge_empty_row_nan(m1, l1, acc1, m2, l2, acc2):
+    m = torch.maximum(m1, m2)
+    safe = torch.where(m == float("-inf"), 0.0, m)
+    a1, a2 = torch.exp(m1 - safe), torch.exp(m2 - safe)
+    return (acc1 * a1 + acc2 * a2) / (l1 * a1 + l2 * a2)
+
+
+def merge_unnormalised(m1, l1, acc1, m2, l2, acc2):
+    m = torch.maximum(m1, m2)
+    safe = torch.where(m == float("-inf"), 0.0, m)
+    return acc1 * torch.exp(m1 - safe) + acc2 * torch.exp(m2 - safe)
+
+
+def test_12_1_accepts_the_merge():
+    assert check("12.1", merge_right, quiet=True)
+    assert check("12.1", merge_normalised_first, quiet=True)
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (combine_no_rescale, "rescale l1 by exp(m1 - m)"),
-    (combine_nan, "NaN"),
-    (combine_min, "larger of the two maxima"),
+    (merge_no_rescale, "its own maximum"),
+    (merge_average, "equal weight"),
+    (merge_nan, "give zeros there"),
+    (merge_empty_row_nan, "give zeros there"),
+    (merge_unnormalised, "differs from attention over all twelve keys"),
+    (lambda m1, l1, acc1, m2, l2, acc2: (m1, l1), "expected the attention output"),
     (42, "expected a function"),
 ])
 def test_12_1_rejects_typical_mistakes(wrong, says):
     verdict = check("12.1", wrong, quiet=True)
-    assert verdict.ok is False and says in verdict.message
+    assert verdict.ok is False and says in verdict.message, verdict.message
 
 
 def pool_kv(mha, g, consecutive=True, reduce="mean", bias=True, pool_queries=False):
@@ -124,7 +151,40 @@ def test_12_3_accepts_a_window_that_skips_tiles():
     assert check("12.3", sliced, quiet=True)
 
 
+def window_mask(L, window):
+    offset = torch.arange(L)[:, None] - torch.arange(L)[None, :]
+    return (offset >= 0) & (offset < window)
+
+
+def dense_teaching(q, k, v, window, block_size):  # notebook 04's attention with notebook 12's window mask
+    from attnlib.attention import scaled_dot_product_attention
+
+    return scaled_dot_product_attention(q, k, v, window_mask(q.shape[-2], window))[0]
+
+
+def dense_fused(q, k, v, window, block_size):  # PyTorch's kernel: no (L, L) tensor in Python, all the work
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=window_mask(q.shape[-2], window))
+
+
+def dense_broadcast(q, k, v, window, block_size):  # scores without a matrix product
+    scores = (q[..., :, None, :] * k[..., None, :, :]).sum(-1) / q.shape[-1] ** 0.5
+    scores = scores.masked_fill(~window_mask(q.shape[-2], window), float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+def all_tiles_in_one_product(q, k, v, window, block_size):  # tiled bookkeeping, but every tile computed at once
+    L, b = q.shape[-2], block_size
+    pad = -L % b
+    kp = torch.nn.functional.pad(k, (0, 0, 0, pad)).unflatten(-2, (-1, b))  # (..., tiles, b, d)
+    scores = torch.einsum("...qd,...tkd->...qtk", q, kp).flatten(-2)[..., :L] / q.shape[-1] ** 0.5
+    return scores.masked_fill(~window_mask(L, window), float("-inf")).softmax(-1) @ v
+
+
 @pytest.mark.parametrize("wrong, says", [
+    (dense_teaching, "dense attention"),
+    (dense_fused, "skip the tiles that lie entirely before the window"),
+    (dense_broadcast, "dense attention"),
+    (all_tiles_in_one_product, "dense attention"),
     (library_with_window_mask, "skip the tiles that lie entirely before the window"),
     (lambda q, k, v, w, b: window_tiled(q, k, v, w, b, skip_before=False), "skip the tiles that lie entirely before"),
     (lambda q, k, v, w, b: window_tiled(q, k, v, w, b, off_by_one=1), "one key too many"),
@@ -156,8 +216,8 @@ def test_12_4_accepts_the_reordering():
 @pytest.mark.parametrize("wrong, says", [
     (torch.arange(16), "leaves every dimension"),
     (torch.argsort(ORDER), "inverse permutation"),
-    (torch.stack([torch.arange(8) + 8, torch.arange(8)], 1).flatten(), "rotations differ"),  # each pair backwards
-    (torch.arange(16).flip(0), "rotations differ"),
+    (torch.stack([torch.arange(8) + 8, torch.arange(8)], 1).flatten(), "rotate the dimensions differently"),  # each pair backwards
+    (torch.arange(16).flip(0), "rotate the dimensions differently"),
     (torch.tensor([0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 7]), "each dimension exactly once"),
     (torch.arange(15), "each dimension exactly once"),
     (torch.stack([torch.arange(8), torch.arange(8) + 8], 1).flatten().float(), "integer indices"),

@@ -1,48 +1,62 @@
-"""Checkers for notebook 12's exercises (online softmax, pooling heads into GQA, a sliding window that skips tiles)."""
+"""Checkers for notebook 12's exercises (merging two halves of the keys, pooling heads into GQA, a sliding window that skips tiles)."""
 from __future__ import annotations
 
 import math
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
 
 from . import checker, require
 from .nb00 import callable_problem
 
 
-def _stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    m = x.amax(dim=-1, keepdim=True)
+def _half_stats(s: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(m, l, acc) of one block of keys: the running maximum, sum and unnormalised weighted sum of values."""
+    m = s.amax(dim=-1, keepdim=True)
     safe = torch.where(m == float("-inf"), 0.0, m)
-    return m, torch.exp(x - safe).sum(dim=-1, keepdim=True)
+    p = torch.exp(s - safe)  # masked scores (-inf) give 0
+    return m, p.sum(dim=-1, keepdim=True), p @ v
 
 
 @checker("12.1")
-def combine_stats(answer) -> tuple[bool, str]:
-    """A function ``combine(m1, l1, m2, l2) -> (m, l)`` merging the softmax statistics of two blocks."""
-    require(callable_problem(answer, "a function combine(m1, l1, m2, l2)"))
+def merge_halves(answer) -> tuple[bool, str]:
+    """A function ``merge(m1, l1, acc1, m2, l2, acc2) -> (rows, d_v)``: the attention output over all keys from the
+    (m, l, acc) of two halves of the keys; a row with no allowed key at all gives zeros, as in attnlib."""
+    require(callable_problem(answer, "a function merge(m1, l1, acc1, m2, l2, acc2)"))
     g = torch.Generator().manual_seed(12)
-    a = torch.randn(6, 7, generator=g) * 4
-    b = torch.randn(6, 5, generator=g) * 4 + torch.linspace(-8, 8, 6)[:, None]  # some rows: b's maximum is larger
-    a[4] = float("-inf")  # a block with nothing allowed in it
-    a[5], b[5] = float("-inf"), float("-inf")  # a row with nothing allowed at all
-    m, l = answer(*_stats(a), *_stats(b))
-    if not (isinstance(m, torch.Tensor) and isinstance(l, torch.Tensor)):
-        return False, "combine must return two tensors (m, l)"
-    want_m, want_l = _stats(torch.cat((a, b), dim=-1))
-    if m.shape != want_m.shape or l.shape != want_l.shape:
-        return False, f"expected m and l of shape {tuple(want_m.shape)}, got {tuple(m.shape)} and {tuple(l.shape)}"
-    if not torch.equal(m, want_m):
-        return False, "m must be the larger of the two maxima (torch.maximum(m1, m2))"
-    if torch.isnan(l).any():
-        rows = torch.isnan(l).flatten().nonzero().flatten().tolist()
-        return False, (f"l is NaN in rows {rows}: exp(-inf - (-inf)) is NaN; when the new maximum is -inf, "
-                       "subtract 0 instead")
-    ok = torch.allclose(l, want_l, rtol=1e-5, atol=0)
-    if not ok:
-        naive = torch.allclose(l[:5], (_stats(a)[1] + _stats(b)[1])[:5], rtol=1e-5)
-        if naive:
-            return False, "each l was summed under its own maximum: rescale l1 by exp(m1 - m) and l2 by exp(m2 - m)"
-        return False, "l is not the sum of exp(x - m) over both blocks; rescale each l by exp(its m - the new m)"
-    return True, "both sums rescaled to the common maximum, and the empty rows stay at l = 0"
+    s = torch.randn(7, 12, generator=g) * 3
+    s[:, 6:] += torch.linspace(-12, 12, 7)[:, None]  # some rows: the second half's maximum is far larger, some smaller
+    v = torch.randn(12, 5, generator=g)
+    s[4, :6] = float("-inf")  # a row whose first half has no allowed key
+    s[5, 6:] = float("-inf")  # ... whose second half has none
+    s[6] = float("-inf")  # a row with no allowed key at all
+    out = answer(*_half_stats(s[:, :6], v[:6]), *_half_stats(s[:, 6:], v[6:]))
+    if not isinstance(out, torch.Tensor) or out.shape != (7, 5):
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        return False, f"expected the attention output, a tensor of shape (7, 5) (rows, d_v), got {got}"
+    right = torch.cat([torch.softmax(s[:6], dim=-1) @ v, torch.zeros(1, 5)])
+    nan = torch.isnan(out).any(dim=-1).nonzero().flatten().tolist()
+    if nan == [6]:
+        return False, ("row 6 has no allowed key in either half (m1 = m2 = -inf, l1 = l2 = 0) and its output is NaN "
+                       "(from exp(-inf - (-inf)) or from 0 / 0): give zeros there, as attnlib does for a fully "
+                       "masked row")
+    if nan:
+        return False, f"NaN in rows {nan}"
+    if torch.allclose(out[:6], right[:6], atol=1e-5) and not torch.allclose(out[6], right[6]):
+        return False, "row 6 has no allowed key in either half: its output should be zeros, as attnlib gives"
+    if torch.allclose(out, right, atol=1e-5):
+        return True, "both halves brought to the common maximum before they were added, and the empty row gives zeros"
+    m1, l1, a1 = _half_stats(s[:, :6], v[:6])
+    m2, l2, a2 = _half_stats(s[:, 6:], v[6:])
+    rows = slice(0, 4)  # rows where both halves hold allowed keys
+    if torch.allclose(out[rows], ((a1 + a2) / (l1 + l2))[rows], atol=1e-5):
+        return False, ("each half's l and acc are still measured against its own maximum; they cannot be added "
+                       "until they are measured against the same one")
+    if torch.allclose(out[rows], ((a1 / l1 + a2 / l2) / 2)[rows], atol=1e-5):
+        return False, ("that averages the two halves' outputs with equal weight; a half should count in proportion "
+                       "to the softmax weight its keys hold")
+    return False, "the output differs from attention over all twelve keys (softmax of the scores, times the values)"
 
 
 def _pooled(weight: torch.Tensor, h: int, g: int, consecutive: bool = True, reduce: str = "mean") -> torch.Tensor:
@@ -110,23 +124,39 @@ def _tiles_needed(L: int, window: int, block: int) -> int:
     return count
 
 
-class _CountMatmuls(torch.overrides.TorchFunctionMode):
-    NAMES = {"matmul", "__matmul__", "__rmatmul__", "bmm", "mm", "einsum", "baddbmm"}
+class _CountWork(TorchDispatchMode):
+    """Counts the multiply-adds of every matrix product and attention kernel (torch's FLOP formulas, plus the CPU
+    attention kernel, which they do not cover) and remembers the largest floating-point tensor any operation made."""
+
+    SDPA = {"_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_attention_math",
+            "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention"}
 
     def __init__(self):
         super().__init__()
-        self.count = 0
+        self.flops, self.largest = 0, 0
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", "") in self.NAMES:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        packet = func._overloadpacket
+        if packet.__name__ in self.SDPA:
+            q, k = args[0], args[1]  # (..., Lq, d), (..., Lk, d): scores and weights @ values, all Lq x Lk entries
+            self.flops += 4 * q.shape[:-1].numel() * k.shape[-2] * q.shape[-1]
+        elif packet in flop_registry:
+            self.flops += flop_registry[packet](*args, **(kwargs or {}), out_val=out)
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor) and t.is_floating_point():
+                self.largest = max(self.largest, t.numel())
+        return out
 
 
 @checker("12.3")
 def window_tiles(answer) -> tuple[bool, str]:
     """A function ``fn(q, k, v, window, block_size) -> (..., L, d_v)``: sliding-window attention computed tile by
-    tile (query i sees keys i - window + 1 .. i) that skips every tile with no allowed key in it."""
+    tile (query i sees keys i - window + 1 .. i) that skips every tile with no allowed key in it.
+
+    The work is counted, not the calls: the FLOPs of all matrix products and attention kernels must stay within
+    1.25 x those of the tiles that hold an allowed key (4 * bq * bk * d per tile and head: scores, then weights @
+    values), and no floating-point tensor may be as large as half the (L, L) scores of all heads."""
     require(callable_problem(answer, "a function fn(q, k, v, window, block_size)"))
     g = torch.Generator().manual_seed(123)
     cases = [(100, 20, 32), (256, 40, 32), (70, 1, 16), (50, 64, 16), (96, 32, 32)]  # (L, window, block)
@@ -148,18 +178,22 @@ def window_tiles(answer) -> tuple[bool, str]:
                                "i - window + 1 .. i, the token itself included")
             return False, (f"L={L}, window={window}, block {block}: query row {row} differs from attention with the "
                            "window mask (a tile skipped that still held allowed keys, or the mask inside a tile)")
-    L, window, block = 512, 40, 32
-    q, k, v = (torch.randn(1, 2, L, 8, generator=g) for _ in range(3))
-    counter = _CountMatmuls()
-    with torch.no_grad(), counter:
+    (B, h, L, d), window, block = (2, 2, 512, 8), 40, 32
+    q, k, v = (torch.randn(B, h, L, d, generator=g) for _ in range(3))
+    work = _CountWork()
+    with torch.no_grad(), work:
         answer(q, k, v, window, block)
     needed, causal = _tiles_needed(L, window, block), _tiles_needed(L, L, block)
-    if counter.count > 2 * needed + 2:  # two products per tile: scores, then weights @ values
-        return False, (f"right output, but {counter.count} matrix products for L={L}, window={window}, block {block}: "
-                       f"only {needed} key tiles hold an allowed key (2 products each); skip the tiles that lie "
-                       f"entirely before the window too, not only those in the future ({causal} tiles)")
-    return True, (f"right output, and {counter.count} matrix products where {needed} tiles hold allowed keys "
-                  f"(causal skipping alone visits {causal})")
+    per_tile = 4 * B * h * block * block * d
+    if work.largest >= B * h * L * L // 2:
+        return False, (f"right output, but for L={L} one of your tensors holds {work.largest:,} numbers, as many as "
+                       f"the (L, L) scores of all heads: that is dense attention; compute one tile at a time")
+    if work.flops > 1.25 * needed * per_tile:
+        return False, (f"right output, but for L={L}, window={window}, block {block} your matrix products do the work "
+                       f"of {work.flops / per_tile:.0f} tiles, and only {needed} tiles hold an allowed key; skip the "
+                       f"tiles that lie entirely before the window too, not only those in the future ({causal} tiles)")
+    return True, (f"right output, and the work of {work.flops / per_tile:.0f} tiles where {needed} tiles hold allowed "
+                  f"keys (causal skipping alone computes {causal})")
 
 
 @checker("12.4")
@@ -186,5 +220,5 @@ def rope_layouts(answer, d: int = 16) -> tuple[bool, str]:
     if torch.allclose(half(x, positions)[:, inverse], interleaved(x[:, inverse], positions), atol=1e-9):
         return False, ("this is the inverse permutation: it takes interleaved vectors to the rotate-half layout; "
                        "you need new[j] = old[perm[j]] with old in the rotate-half layout")
-    return False, ("after your reordering the rotations differ: dimensions i and i + d/2 (one rotate-half pair, "
-                   "frequency i) must land side by side, at 2i and 2i + 1, in that order")
+    return False, ("after your reordering the two layouts still rotate the dimensions differently: find which "
+                   "dimensions each layout turns together, and by which angle")
