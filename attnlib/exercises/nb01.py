@@ -1,4 +1,4 @@
-"""Checkers for notebook 01's exercises (the seq2seq bottleneck: clipping, beam search, parameter counts, exposure bias)."""
+"""Checkers for notebook 01's exercises (the seq2seq bottleneck: clipping, beam search, parameter counts, one injected error)."""
 from __future__ import annotations
 
 import torch
@@ -59,42 +59,51 @@ def clip_by_total_norm(answer) -> tuple[bool, str]:
     return True, "rescaled by one factor when the total norm is above the threshold, untouched below it"
 
 
+def _coefficients(vocab_size: int, emb: int) -> tuple[int, int, int]:
+    """(a, b, c) with parameters = a H^2 + b H + c for Seq2Seq(Encoder(V, E, H), Decoder(V, E, H))."""
+    # per LSTM: 4 gate blocks of H x (E + H) weights and two biases (b_ih, b_hh) of 4H; output layer H x V + V
+    return 2 * 4, 2 * (4 * emb + 2 * 4) + vocab_size, 2 * vocab_size * emb + vocab_size
+
+
 @checker("1.3")
 def parameter_formula(answer, vocab_size: int, emb: int, ratio=None) -> tuple[bool, str]:
-    """``answer(H) -> int``: parameters of Seq2Seq(Encoder(V, E, H), Decoder(V, E, H)); ``ratio``: answer(256) / answer(128)."""
-    from attnlib.seq2seq import Decoder, Encoder, Seq2Seq
-
-    require(callable_problem(answer, "a function n_params(H)"))
-    for hidden in (8, 32, 100):
-        model = Seq2Seq(Encoder(vocab_size, emb, hidden), Decoder(vocab_size, emb, hidden))
-        counted = sum(p.numel() for p in model.parameters())
-        got = answer(hidden)
-        if got == counted:
-            continue
-        lstm = 4 * hidden * (emb + hidden) + 2 * 4 * hidden
-        if got == counted - 2 * 4 * hidden:
-            return False, f"H={hidden}: you are short by one bias per LSTM: PyTorch's LSTM has two, b_ih and b_hh"
-        if got == counted - 2 * vocab_size * emb:
-            return False, f"H={hidden}: you forgot the two embedding tables (vocab_size x emb each)"
-        if got == counted - (hidden * vocab_size + vocab_size):
-            return False, f"H={hidden}: you forgot the decoder's output layer (hidden -> vocab_size, with bias)"
-        if got == counted - lstm:
-            return False, f"H={hidden}: you counted one LSTM; the encoder and the decoder have one each"
-        return False, f"H={hidden}: your formula gives {got:,}, which is not the model's count; list its layers and count each"
+    """``answer``: the coefficients (a, b, c) of the parameter count a H^2 + b H + c of
+    Seq2Seq(Encoder(V, E, H), Decoder(V, E, H)); ``ratio``: the count at H=256 over the count at H=128."""
+    if not isinstance(answer, (tuple, list)) or len(answer) != 3:
+        return False, "give the three coefficients as a tuple (a, b, c): the count is a * H**2 + b * H + c"
+    try:
+        a, b, c = (float(x) for x in answer)
+    except (TypeError, ValueError):
+        return False, "the coefficients should be numbers"
+    A, B, C = _coefficients(vocab_size, emb)
+    if (a, b, c) != (A, B, C):
+        if (a, b, c) == (A, B - 2 * 4, C):
+            return False, "the b coefficient is short by one bias per LSTM: PyTorch's LSTM has two, b_ih and b_hh"
+        if (a, b, c) == (A, B, C - 2 * vocab_size * emb):
+            return False, "the constant c misses the two embedding tables (vocab_size x emb each)"
+        if (a, b, c) == (A, B - vocab_size, C - vocab_size):
+            return False, "you forgot the decoder's output layer (hidden -> vocab_size, with bias)"
+        if a == A / 2:
+            return False, "a is half of what it should be: the encoder and the decoder have one LSTM each"
+        if a != A:
+            return False, "the H^2 coefficient a is not right: count the hidden-to-hidden weights of the LSTMs"
+        if b != B:
+            return False, "a is right, but the H coefficient b is not: list every layer whose size grows with H once"
+        return False, "a and b are right, but the constant c is not: which layers do not depend on H?"
     if ratio is None:
-        return False, "the formula is right; now compute ratio_256_128 with it (the placeholder is still None)"
+        return False, "the coefficients are right; now compute ratio_256_128 with them (the placeholder is still None)"
     try:
         ratio = float(ratio)
     except (TypeError, ValueError):
         return False, f"ratio_256_128 should be a number, got {type(ratio).__name__}"
-    right = answer(256) / answer(128)
+    right = (A * 256**2 + B * 256 + C) / (A * 128**2 + B * 128 + C)
     if abs(ratio - right) < 5e-3:
-        return True, "the formula matches numel for H = 8, 32 and 100, and the ratio follows from it"
+        return True, "the coefficients are right, and the ratio follows from them"
     if abs(ratio - 1 / right) < 5e-3:
         return False, "that ratio is upside down: parameters at H=256 divided by parameters at H=128"
     if abs(ratio - 4.0) < 1e-9 or abs(ratio - 2.0) < 1e-9:
         return False, "that is the ratio of the H^2 (or H) terms alone; compute it from the whole formula"
-    return False, "the formula is right, but the ratio is not what it gives for 256 against 128"
+    return False, "the coefficients are right, but the ratio is not what they give for 256 against 128"
 
 
 @checker("1.2")
@@ -119,58 +128,83 @@ def beam_sequence_accuracies(answer, model, data, differ=None) -> tuple[bool, st
             return False, f"beam {k}: that is the token accuracy; the exercise asks for whole-sequence accuracy (seq_acc)"
         return False, f"beam {k}: {got:.4f} is not the sequence accuracy of this model on this test set"
     if differ is None:
-        return False, "the accuracies are right; now count the inputs where beam size 1 and greedy_decode disagree (n_differ)"
-    device = next(model.parameters()).device
-    src, real = data.src.to(device), data.src_key_padding_mask.to(device)
-    T = data.tgt.shape[1]
-    greedy = greedy_decode(model, src, real, max_len=T)
-    beam1, _ = beam_search(model, src, real, beam_size=1, max_len=T)
-    width = max(greedy.shape[1], beam1.shape[1])
-    pad = lambda x: torch.nn.functional.pad(x, (0, width - x.shape[1]), value=model.pad_id)  # noqa: E731
-    truth = int((pad(greedy) != pad(beam1)).any(1).sum())
+        return False, "the accuracies are right; now count the inputs where beam size 3 and greedy_decode disagree (n_differ)"
     try:
         differ = int(differ)
     except (TypeError, ValueError):
         return False, f"n_differ should be a count (an int), got {type(differ).__name__}"
-    if differ != truth:
-        return False, "the accuracies are right but the count of inputs where beam 1 and greedy differ is not"
-    return True, "the three accuracies and the count of inputs where beam size 1 and greedy decoding disagree are right"
+    device = next(model.parameters()).device
+    src, real = data.src.to(device), data.src_key_padding_mask.to(device)
+    T = data.tgt.shape[1]
+
+    def n_disagree(beam_size: int, length_penalty: float = 1.0) -> int:
+        greedy = greedy_decode(model, src, real, max_len=T)
+        beam, _ = beam_search(model, src, real, beam_size=beam_size, max_len=T, length_penalty=length_penalty)
+        width = max(greedy.shape[1], beam.shape[1])
+        pad = lambda x: torch.nn.functional.pad(x, (0, width - x.shape[1]), value=model.pad_id)  # noqa: E731
+        return int((pad(greedy) != pad(beam)).any(1).sum())
+
+    if differ in (n_disagree(3), n_disagree(3, 0.0)):  # with or without length normalisation: both are beam size 3
+        return True, "the three accuracies and the count of inputs where beam size 3 and greedy decoding disagree are right"
+    if differ == n_disagree(1):
+        return False, "that is the count for beam size 1; the exercise asks where beam size 3 and greedy disagree"
+    if differ == n_disagree(10):
+        return False, "that is the count for beam size 10; the exercise asks where beam size 3 and greedy disagree"
+    return False, "the accuracies are right but the count of inputs where beam size 3 and greedy differ is not"
 
 
-def teacher_forced_accuracy(model, data) -> float:
-    """Token accuracy when the decoder is fed the gold previous token at every step (padding ignored)."""
+def injected_error_rate(model, data, position: int, offset: int = 1, read: int | None = None,
+                        only_right: bool = True) -> float:
+    """Among the test sequences greedy decoding gets entirely right (``only_right``), feed the gold target with
+    digit ``position`` replaced by (d + offset) mod 10: the share of them whose digit ``read`` (default
+    position + 1) comes out wrong."""
+    from attnlib.decoding import greedy_decode
+
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
+    src, real, tgt = data.src.to(device), data.src_key_padding_mask.to(device), data.tgt
+    T = tgt.shape[1]
+    zero = data.tgt_vocab.stoi["0"]
     with torch.no_grad():
-        logits = model(data.src.to(device), data.tgt.to(device), data.src_key_padding_mask.to(device))
+        out = greedy_decode(model, src, real, max_len=T).cpu()
+        out = torch.nn.functional.pad(out, (0, T - out.shape[1]), value=-1)
+        keep = (out == tgt).all(1) if only_right else torch.ones(len(tgt), dtype=torch.bool)
+        fed = tgt[keep].clone()
+        fed[:, position] = zero + (fed[:, position] - zero + offset) % 10
+        pred = model(src[keep], fed.to(device), real[keep]).argmax(-1).cpu()
     model.train(was_training)
-    pred, target = logits.argmax(-1).cpu(), data.tgt
-    real = target != data.tgt_vocab.pad_id
-    return float(((pred == target) & real).sum() / real.sum())
+    read = position + 1 if read is None else read
+    if not keep.any():
+        return float("nan")
+    return float((pred[:, read] != tgt[keep][:, read]).float().mean())
 
 
 @checker("1.4")
-def teacher_forced_token_accuracy(answer, model, data) -> tuple[bool, str]:
-    """``answer``: the test token accuracy of ``model`` with teacher forcing (a float)."""
-    from attnlib.training import evaluate
-
+def injected_error(answer, model, data, position: int = 4) -> tuple[bool, str]:
+    """``answer``: among the sequences greedy decoding gets right, the share whose digit position+1 is wrong
+    when the decoder is fed the gold target with digit ``position`` replaced by (d + 1) mod 10 (a float)."""
     try:
         got = float(answer)
     except (TypeError, ValueError):
-        return False, f"expected a number (the accuracy), got {type(answer).__name__}"
-    truth = teacher_forced_accuracy(model, data)
-    if abs(got - truth) < 1e-4:
-        free = evaluate(model, data)["token_acc"]
-        return True, f"{truth:.3f} with teacher forcing against {free:.3f} free-running"
-    if abs(got - evaluate(model, data)["token_acc"]) < 1e-4:
-        return False, "that is the free-running (greedy) accuracy; feed the gold tokens with model(src, tgt, src_key_padding_mask)"
-    device = next(model.parameters()).device
-    with torch.no_grad():
-        logits = model.eval()(data.src.to(device), data.tgt.to(device), data.src_key_padding_mask.to(device))
-    shifted = (logits.argmax(-1).cpu()[:, :-1] == data.tgt[:, 1:]).float().mean().item()
-    if abs(got - shifted) < 1e-4:
-        return False, "off by one: logits[:, t] already predicts tgt[:, t] (the decoder starts from <bos>)"
-    if got > 1.0 or got < 0.0:
-        return False, f"an accuracy lies between 0 and 1, got {got}"
-    return False, f"{got:.4f} is not the teacher-forced token accuracy; compare logits.argmax(-1) with tgt on the real tokens"
+        return False, f"expected a number (a share of sequences), got {type(answer).__name__}"
+    if not 0.0 <= got <= 1.0:
+        return False, f"a share lies between 0 and 1, got {got}"
+    truth = injected_error_rate(model, data, position)
+    if truth != truth:  # nan: no sequence to measure on
+        return False, "greedy decoding gets no test sequence entirely right with this model: nothing to measure"
+    if abs(got - truth) < 1e-6:
+        return True, f"{truth:.3f} of the right sequences get digit {position + 1} wrong after one wrong input digit"
+    close = lambda x: abs(got - x) < 1e-6  # noqa: E731
+    if close(injected_error_rate(model, data, position, read=position)):
+        return False, (f"you read digit {position}, the one whose input you changed is the one before: logits[:, t] "
+                       f"reads tgt[:, t - 1], so the changed digit is first read at position {position + 1}")
+    if close(injected_error_rate(model, data, position, read=position + 2)):
+        return False, f"you read one digit too far: the changed input is read at position {position + 1}"
+    if close(injected_error_rate(model, data, position, only_right=False)):
+        return False, "you used every test sequence; the exercise keeps only those greedy decoding gets entirely right"
+    if close(1 - truth):
+        return False, "that is the share that comes out right; the exercise asks for the share that is wrong"
+    if close(injected_error_rate(model, data, position, offset=0)):
+        return False, "nothing was changed: replace digit d by (d + 1) mod 10 in the decoder's input"
+    return False, f"{got:.4f} is not the share of wrong digits {position + 1} after the changed input"
