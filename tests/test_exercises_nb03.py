@@ -26,16 +26,57 @@ def test_31_accepts():
     assert check("3.1", right_entropy, quiet=True)
 
 
-RIGHT_32 = {"general": lambda dq, dk, a: dq * dk, "concat": lambda dq, dk, a: a * (dq + dk) + a,
-            "bahdanau": lambda dq, dk, a: a * dq + a * dk + a + a}
+def right_32(luong):
+    from attnlib import AdditiveAttention
+    dq = luong.query_dim
+    add = AdditiveAttention(dq, luong.key_dim, attn_dim=luong.W.out_features)
+    with torch.no_grad():
+        add.W_s.weight.copy_(luong.W.weight[:, :dq])
+        add.W_h.weight.copy_(luong.W.weight[:, dq:])
+        add.W_h.bias.zero_()
+        add.v.weight.copy_(luong.v.weight)
+    return add
+
+
+def keep_bias(luong):
+    add = right_32(luong)
+    with torch.no_grad():
+        add.W_h.bias.normal_()
+    return add
+
+
+def swapped(luong):
+    add = right_32(luong)
+    dq = luong.query_dim
+    with torch.no_grad():
+        add.W_s.weight.copy_(luong.W.weight[:, dq:])
+        add.W_h.weight.copy_(luong.W.weight[:, :dq])
+    return add
+
+
+def no_v(luong):
+    from attnlib import AdditiveAttention
+    add = right_32(luong)
+    fresh = AdditiveAttention(luong.query_dim, luong.key_dim, attn_dim=luong.W.out_features)
+    with torch.no_grad():
+        add.v.weight.copy_(fresh.v.weight)
+    return add
+
+
+def in_place(luong):
+    add = right_32(luong)
+    with torch.no_grad():
+        luong.W.weight.zero_()
+    return add
 
 
 @pytest.mark.parametrize("wrong, says", [
-    ({**RIGHT_32, "bahdanau": lambda dq, dk, a: a * dq + a * dk + a}, "W_h has a bias"),
-    ({**RIGHT_32, "concat": lambda dq, dk, a: a * (dq + dk)}, "do not forget v"),
-    ({**RIGHT_32, "general": lambda dq, dk, a: dq * dk + dk}, "no bias"),
-    ({**RIGHT_32, "concat": lambda dq, dk, a: a * 2 * dk + a}, "Dq=32, Dk=96"),
-    ({"general": RIGHT_32["general"]}, "keys"),
+    (keep_bias, "bias"),
+    (swapped, "swapped"),
+    (no_v, "copy v"),
+    (in_place, "changed the Luong module"),
+    (lambda luong: luong, "AdditiveAttention"),
+    (lambda luong: None, "AdditiveAttention"),
 ])
 def test_32_rejects(wrong, says):
     verdict = check("3.2", wrong, quiet=True)
@@ -43,7 +84,20 @@ def test_32_rejects(wrong, says):
 
 
 def test_32_accepts():
-    assert check("3.2", RIGHT_32, quiet=True)
+    assert check("3.2", right_32, quiet=True)
+
+
+def test_32_accepts_bias_none_or_assignment():
+    """A module built another way (parameters assigned, bias replaced by zeros) scores the same: accepted."""
+    from torch import nn
+
+    def assigned(luong):
+        add = right_32(luong)
+        dq = luong.query_dim
+        add.W_s.weight = nn.Parameter(luong.W.weight[:, :dq].detach().clone())
+        add.W_h.bias = nn.Parameter(torch.zeros(luong.W.out_features))
+        return add
+    assert check("3.2", assigned, quiet=True)
 
 
 def right_top_k(w, k):

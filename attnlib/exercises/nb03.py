@@ -1,4 +1,4 @@
-"""Checkers for notebook 03's exercises (Luong scores, entropy of attention, top-k weights)."""
+"""Checkers for notebook 03's exercises (entropy of attention, concat as an additive module, top-k weights)."""
 from __future__ import annotations
 
 import math
@@ -33,30 +33,38 @@ def entropy_fn(answer) -> tuple[bool, str]:
 
 
 @checker("3.2")
-def score_parameter_formulas(answer) -> tuple[bool, str]:
-    """``answer``: dict "general", "concat", "bahdanau" -> function (Dq, Dk, A) -> parameter count."""
+def concat_as_additive(answer) -> tuple[bool, str]:
+    """``answer(luong) -> AdditiveAttention``: the additive module whose scores equal a concat LuongAttention's."""
     from attnlib.rnn_attention import AdditiveAttention, LuongAttention
 
-    names = {"general", "concat", "bahdanau"}
-    if not isinstance(answer, dict) or set(answer) != names:
-        got = sorted(answer) if isinstance(answer, dict) else type(answer).__name__
-        return False, f"expected a dict with the keys {sorted(names)}, got {got}"
-    for dq, dk, a in ((64, 64, 64), (32, 96, 16), (128, 256, 50)):
-        modules = {"general": LuongAttention(dq, dk, "general"), "concat": LuongAttention(dq, dk, "concat", attn_dim=a),
-                   "bahdanau": AdditiveAttention(dq, dk, attn_dim=a)}
-        for name, module in modules.items():
-            counted, got = sum(p.numel() for p in module.parameters()), answer[name](dq, dk, a)
-            if got == counted:
+    require(callable_problem(answer, "a function concat_to_additive(luong)"))
+    for dq, dk, a in ((6, 6, 5), (4, 7, 3)):  # equal sizes first (a swap of the two blocks runs there), then Dq != Dk
+        torch.manual_seed(dq * 10 + dk)
+        luong = LuongAttention(dq, dk, method="concat", attn_dim=a)
+        before = {name: t.detach().clone() for name, t in luong.state_dict().items()}
+        got = answer(luong)
+        if any(not torch.equal(t, before[name]) for name, t in luong.state_dict().items()):
+            return False, "your function changed the Luong module; copy its weights into a new module instead"
+        if not isinstance(got, AdditiveAttention):
+            return False, f"return an attnlib AdditiveAttention (got {type(got).__name__})"
+        if (got.query_dim, got.key_dim, got.v.in_features) != (dq, dk, a):
+            return False, (f"sizes: the Luong module has Dq={dq}, Dk={dk}, A={a}; yours has "
+                           f"Dq={got.query_dim}, Dk={got.key_dim}, A={got.v.in_features}")
+        s, h = torch.randn(3, dq), torch.randn(3, 5, dk)
+        real = torch.tensor([[True] * 5, [True] * 3 + [False] * 2, [True] * 4 + [False]])
+        with torch.no_grad():
+            want_ctx, want_w = luong(s, h, real)
+            got_ctx, got_w = got(s, h, real)
+            if torch.allclose(got_w, want_w, atol=1e-5) and torch.allclose(got_ctx, want_ctx, atol=1e-5):
                 continue
-            if name == "bahdanau" and got == counted - a:
-                return False, "bahdanau: one vector of A is missing; W_h has a bias in attnlib"
-            if name == "general" and got == dk * dq + dk:
-                return False, "general: W is a plain matrix, Dq x Dk, with no bias"
-            if got == counted - a:
-                return False, f"{name}: one vector of size A is missing; do not forget v"
-            hint = "" if dq != dk else " (a formula that swaps Dq and Dk still passes when they are equal)"
-            return False, f"{name} with Dq={dq}, Dk={dk}, A={a}: your formula gives {got:,}, numel counts {counted:,}{hint}"
-    return True, "all three formulas match numel, also with Dq != Dk"
+            if got.W_h.bias is not None and got.W_h.bias.abs().max() > 0:
+                return False, "W_h still has its (random) bias: Luong's concat score has no bias, so set it to 0"
+            if not torch.allclose(got.v.weight, luong.v.weight):
+                return False, "the weights differ: copy v as well, not only W"
+            if dq == dk and torch.allclose(got.W_s.weight, luong.W.weight[:, dq:]):
+                return False, "the two blocks of W are swapped: W [s; h] puts s first, so its first Dq columns act on s"
+        return False, f"with Dq={dq}, Dk={dk}, A={a} your module's attention weights differ from the Luong module's"
+    return True, "an additive module with W_h's bias at 0 scores exactly like Luong's concat, also with Dq != Dk"
 
 
 @checker("3.3")
