@@ -44,43 +44,87 @@ def test_41_accepts():
 
 
 
-T, D, B = 300, 96, 2
-RIGHT_42 = B * (8 * T * D**2 + 4 * T**2 * D)
+def right_cross_flops(Lq, Lk, d_model, d_k):
+    return 2 * Lq * d_model * d_k + 2 * 2 * Lk * d_model * d_k + 2 * 2 * Lq * Lk * d_k + 2 * Lq * d_k * d_model
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (RIGHT_42 // 2, "factor 2"),                       # no batch, or multiply-adds
-    (B * (6 * T * D**2 + 4 * T**2 * D), "W_O"),
-    (B * (8 * T * D**2 + 2 * T**2 * D), "2T^2d"),
-    (B * 8 * T * D**2, "only the projections"),
-    ("many", "number"),
+    (lambda Lq, Lk, dm, dk: right_cross_flops(Lq, Lk, dm, dk) // 2, "factor 2"),  # multiply-adds
+    (lambda Lq, Lk, dm, dk: right_cross_flops(Lq, Lk, dm, dk) - 2 * Lq * dk * dm, "W_O"),
+    (lambda Lq, Lk, dm, dk: right_cross_flops(Lq, Lk, dm, dk) - 2 * Lq * Lk * dk, "count both"),
+    (lambda Lq, Lk, dm, dk: 8 * Lq * dm**2 + 4 * Lq**2 * dm, "self-attention formula"),  # section 7's table, copied
+    (lambda Lq, Lk, dm, dk: 8 * Lq * dm * dk + 4 * Lq * Lq * dk, "Lk tokens"),  # Lk forgotten
+    (lambda Lq, Lk, dm, dk: 2 * Lk * dm * dk + 4 * Lq * dm * dk + 2 * Lq * dk * dm + 4 * Lq * Lk * dk, "Lk tokens"),
+    (lambda Lq, Lk, dm, dk: 8 * Lq * dm * dk - 4 * Lq * dm * dk + 4 * Lk * dm * dk + 4 * Lq * Lk * dm, "head width d_k"),
+    (lambda Lq, Lk, dm, dk: right_cross_flops(Lq, Lk, dm, dk) + 1, "differs"),
+    (lambda Lq, Lk, dm, dk: "many", "number"),
+    (12345, "function"),
 ])
 def test_42_rejects(wrong, says):
     verdict = check("4.2", wrong, quiet=True)
-    assert verdict.ok is False and says in verdict.message
+    assert verdict.ok is False and says in verdict.message, verdict.message
 
 
 def test_42_accepts():
-    assert check("4.2", RIGHT_42, quiet=True)
+    assert check("4.2", right_cross_flops, quiet=True)
+    assert check("4.2", lambda Lq, Lk, dm, dk: float(right_cross_flops(Lq, Lk, dm, dk)), quiet=True)
+    assert check("4.2", lambda Lq, Lk, dm, dk: torch.tensor(right_cross_flops(Lq, Lk, dm, dk)), quiet=True)
+    # grouped differently: (2Lq + 4Lk + 2Lq) d_model d_k + 4 Lq Lk d_k
+    assert check("4.2", lambda Lq, Lk, dm, dk: 4 * dm * dk * (Lq + Lk) + 4 * Lq * Lk * dk, quiet=True)
 
 
 def right_masked_softmax(scores, mask):
-    scores = scores.masked_fill(~mask, float("-inf"))
-    scores = scores.masked_fill(~mask.any(-1, keepdim=True), 0.0)
-    return scores.softmax(-1).masked_fill(~mask, 0.0)
+    allowed_max = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).amax(-1, keepdim=True)
+    e = (scores - allowed_max).clamp_max(0).exp() * mask
+    return e / e.sum(-1, keepdim=True).clamp_min(torch.finfo(scores.dtype).tiny)
+
+
+def where_version(scores, mask):  # another right answer: torch.where instead of multiplying by the mask
+    m = torch.where(mask, scores, torch.zeros_like(scores)).amax(-1, keepdim=True)
+    m = torch.maximum(m, torch.where(mask, scores, torch.full_like(scores, -3e38)).amax(-1, keepdim=True))
+    e = torch.where(mask, (scores - m).exp(), torch.zeros_like(scores))
+    s = e.sum(-1, keepdim=True)
+    return e / torch.where(s > 0, s, torch.ones_like(s))
+
+
+def no_max(scores, mask):
+    e = scores.exp() * mask
+    return e / e.sum(-1, keepdim=True).clamp_min(1e-30)
+
+
+def max_over_all(scores, mask):
+    e = (scores - scores.amax(-1, keepdim=True)).exp() * mask
+    return e / e.sum(-1, keepdim=True).clamp_min(1e-30)
+
+
+def no_clamp(scores, mask):
+    allowed_max = scores.masked_fill(~mask, -1e30).amax(-1, keepdim=True)
+    e = (scores - allowed_max).clamp_max(0).exp() * mask
+    return e / e.sum(-1, keepdim=True)
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (lambda s, m: s.masked_fill(~m, float("-inf")).softmax(-1), "NaN"),
-    (lambda s, m: s.masked_fill(~m, -1e9).softmax(-1), "-1e9"),
+    (no_max, "1000"),
+    (max_over_all, "ALLOWED"),
+    (no_clamp, "clamp"),
     (lambda s, m: right_masked_softmax(s, ~m), "polarity"),
-    (lambda s, m: s.softmax(-1) * m, "not the softmax"),  # softmax first, mask after: rows no longer sum to 1
+    (lambda s, m: s.masked_fill(~m, float("-inf")).softmax(-1).nan_to_num(0.0), "softmax"),
+    (lambda s, m: s.masked_fill(~m, -1e9).softmax(-1), "softmax"),
+    (lambda s, m: (s - s.amax(-1, keepdim=True)).exp() * m, "not the softmax"),  # never normalised
+    (None, "not attempted"),
 ])
 def test_43_rejects(wrong, says):
     verdict = check("4.3", wrong, quiet=True)
-    assert verdict.ok is False and says in verdict.message
+    assert not verdict.ok and says in verdict.message, verdict.message
+
+
+def test_43_rejects_the_library():
+    import attnlib
+
+    verdict = check("4.3", attnlib.masked_softmax, quiet=True)
+    assert verdict.ok is False and "attnlib" in verdict.message
 
 
 def test_43_accepts():
     assert check("4.3", right_masked_softmax, quiet=True)
-    assert check("4.3", lambda s, m: s.masked_fill(~m, float("-inf")).softmax(-1).nan_to_num(0.0), quiet=True)
+    assert check("4.3", where_version, quiet=True)

@@ -1,4 +1,4 @@
-"""Checkers for notebook 04's exercises (a leave-one-out soft lookup, FLOPs, the masked softmax)."""
+"""Checkers for notebook 04's exercises (a leave-one-out soft lookup, cross-attention FLOPs, a masked softmax without -inf)."""
 from __future__ import annotations
 
 import torch
@@ -26,7 +26,7 @@ def leave_one_out_fn(answer) -> tuple[bool, str]:
         got = answer(x.clone(), y.clone(), width)
         require(tensor_problem(got, (30,), what=f"loo_predictions(x, y, {width}) for 30 points"))
         if torch.isnan(got).any():
-            return False, "NaN in the predictions: leave a point out with a -inf score on the diagonal, not by dropping every score"
+            return False, "NaN in the predictions: a point's own score must drop out without leaving a row of all -inf"
         right = _loo_reference(x, y, width)
         if torch.allclose(got, right, atol=1e-5):
             continue
@@ -40,60 +40,127 @@ def leave_one_out_fn(answer) -> tuple[bool, str]:
     return True, "every point is predicted from the others only, for every width tried"
 
 
-class _Layer(nn.Module):
-    def __init__(self, d: int):
-        super().__init__()
-        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d, d, bias=False) for _ in range(4))
+class _CrossAttention(nn.Module):
+    """Single-head cross-attention: queries from x_q (d_model), keys and values from x_kv, head width d_k, no biases."""
 
-    def forward(self, x):
+    def __init__(self, d_model: int, d_k: int):
+        super().__init__()
+        self.w_q, self.w_k, self.w_v = (nn.Linear(d_model, d_k, bias=False) for _ in range(3))
+        self.w_o = nn.Linear(d_k, d_model, bias=False)
+
+    def forward(self, x_q, x_kv):
         from attnlib.attention import scaled_dot_product_attention
 
-        out, _ = scaled_dot_product_attention(self.w_q(x), self.w_k(x), self.w_v(x))
+        out, _ = scaled_dot_product_attention(self.w_q(x_q), self.w_k(x_kv), self.w_v(x_kv))
         return self.w_o(out)
 
 
-@checker("4.2")
-def flops_prediction(answer) -> tuple[bool, str]:
-    """The FLOPs of single-head self-attention (d = 96, no bias) on 2 sequences of 300 tokens, as counted."""
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
-        return False, f"expected a number of FLOPs, got {type(answer).__name__}"
-    T, d, batch = 300, 96, 2
+def _counted_cross(Lq: int, Lk: int, d_model: int, d_k: int) -> int:
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        _Layer(d)(torch.zeros(batch, T, d))
-    counted = counter.get_total_flops()
-    if answer == counted:
-        return True, f"{counted:,} FLOPs, as FlopCounterMode counts them; the 4T^2d term is the larger"
-    if answer * 2 == counted:
-        return False, "off by a factor 2: either the batch of 2 is missing, or you counted multiply-adds (one per pair) instead of FLOPs (two)"
-    if answer == counted - batch * 2 * T * d**2:
-        return False, "you forgot the output projection W_O (2Td^2 per sequence)"
-    if answer == counted - batch * 2 * T**2 * d:
-        return False, "QK^T and weights @ V each cost 2T^2d: the attention term is 4T^2d, not 2T^2d"
-    if answer == counted - batch * 4 * T**2 * d:
-        return False, "you counted only the projections; the scores QK^T and the weighted sum cost 4T^2d more"
-    return False, f"{answer:,} is off by {answer / counted:.2f}x; add 8Td^2 (four projections) and 4T^2d, per sequence"
+        _CrossAttention(d_model, d_k)(torch.zeros(1, Lq, d_model), torch.zeros(1, Lk, d_model))
+    return counter.get_total_flops()
+
+
+# shapes where every usual mistake gives a different number (Lq != Lk, d_k != d_model, both orders)
+_SHAPES_42 = ((7, 20, 48, 16), (30, 5, 24, 40), (12, 12, 64, 8), (1, 50, 32, 32))
+
+
+@checker("4.2")
+def cross_attention_flops_fn(answer) -> tuple[bool, str]:
+    """``answer(Lq, Lk, d_model, d_k) -> FLOPs`` of one cross-attention head (one sequence pair), as FlopCounterMode counts."""
+    require(callable_problem(answer, "a function cross_attention_flops(Lq, Lk, d_model, d_k)"))
+    for Lq, Lk, dm, dk in _SHAPES_42:
+        got = answer(Lq, Lk, dm, dk)
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            return False, f"expected a number of FLOPs, got {type(got).__name__}"
+        right = _counted_cross(Lq, Lk, dm, dk)
+        if got == right:
+            continue
+        shape = f"Lq={Lq}, Lk={Lk}, d_model={dm}, d_k={dk}"
+        proj_q, proj_kv, proj_o = 2 * Lq * dm * dk, 4 * Lk * dm * dk, 2 * Lq * dk * dm
+        pairs = 4 * Lq * Lk * dk
+        if got in (8 * Lq * dm**2 + 4 * Lq**2 * dm, 8 * Lq * dk**2 + 4 * Lq**2 * dk):
+            return False, f"at {shape}: that is the self-attention formula; here Lq != Lk and d_k != d_model"
+        if 2 * got == right:
+            return False, f"off by a factor 2 at {shape}: count a multiply-add as 2 FLOPs"
+        if got == right - proj_o:
+            return False, f"at {shape} the output projection W_O (d_k back to d_model) is missing"
+        if got == right - pairs // 2:
+            return False, f"at {shape}: QK^T and weights @ V are two products of the same size, count both"
+        if got in (8 * Lq * dm * dk + 4 * Lq * Lq * dk, 8 * Lk * dm * dk + 4 * Lk * Lk * dk,
+                   2 * Lk * dm * dk + 4 * Lq * dm * dk + proj_o + pairs):
+            return False, f"at {shape}: the queries come from Lq tokens, the keys and values from Lk tokens"
+        if got == proj_q + proj_kv + proj_o + 4 * Lq * Lk * dm:
+            return False, f"at {shape}: the scores and the weighted sum run over the head width d_k, not d_model"
+        return False, f"at {shape} your count differs from what FlopCounterMode counts"
+    return True, "your formula matches FlopCounterMode's count at every shape tried (Lq != Lk, d_k != d_model)"
+
+
+class _OpLog:
+    """Records the names of the aten operations a function runs."""
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        names = self.names = set()
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                names.add(func.__name__.split(".")[0])
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+
+
+def _reference_43(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    right = scores.double().masked_fill(~mask, float("-inf")).softmax(-1).nan_to_num(0.0)
+    return right.masked_fill(~mask, 0.0).to(scores.dtype)
 
 
 @checker("4.3")
-def masked_softmax_fn(answer) -> tuple[bool, str]:
-    """``answer(scores (..., Lk), mask) -> weights``: softmax over allowed keys, 0 elsewhere, all-zero rows if nothing is allowed."""
+def stable_masked_softmax_fn(answer) -> tuple[bool, str]:
+    """``answer(scores (..., Lk), mask) -> weights`` built from exp, max and sum (no softmax, no -inf):
+    safe for scores near 1000, for any score on a masked key, and zeros on a row with no allowed key."""
     require(callable_problem(answer, "a function masked_softmax(scores, mask)"))
+    import attnlib
+
+    if answer is attnlib.masked_softmax or answer is getattr(attnlib, "attention").masked_softmax:
+        return False, "that is attnlib's masked_softmax; build your own from exp, max and sum"
     g = torch.Generator().manual_seed(0)
-    scores = torch.randn(2, 3, 4, generator=g)
-    mask = torch.tensor([[True, True, False, False], [True, True, True, True], [False, False, False, False]])
-    mask = mask.expand(2, 3, 4)
-    got = answer(scores.clone(), mask)
-    require(tensor_problem(got, (2, 3, 4), what="the weights"))
-    right = scores.masked_fill(~mask, float("-inf")).softmax(-1).nan_to_num(0.0)
-    if torch.isnan(got).any():
-        return False, "a fully masked row gives NaN (softmax of all -inf is 0/0): return zeros for such rows"
-    inverted = scores.masked_fill(mask, float("-inf")).softmax(-1).nan_to_num(0.0)
-    if torch.allclose(got, inverted, atol=1e-6):
-        return False, "the polarity is inverted: True means 'may attend', so fill the scores where the mask is False"
-    if torch.allclose(got[:, 2], torch.full((2, 4), 0.25), atol=1e-4):
-        return False, "the fully masked row attends uniformly (the -1e9 trap): it must get zero weights"
-    if (got[~mask] != 0).any():
-        return False, "masked keys must get weight exactly 0"
-    if not torch.allclose(got, right, atol=1e-6):
-        return False, "the allowed keys' weights are not the softmax of their scores (softmax over the last axis)"
-    return True, "masked keys get 0, fully masked rows get zeros, the rest is a softmax"
+    mask = torch.tensor([[True, True, False, False], [True, True, True, True], [False, False, False, False],
+                         [False, True, False, True]])
+    mask = mask.expand(2, 4, 4)
+    tries = {
+        "ordinary scores": torch.randn(2, 4, 4, generator=g),
+        "scores near 1000": 1000 + 3 * torch.randn(2, 4, 4, generator=g),
+        "a masked key with the largest score": torch.randn(2, 4, 4, generator=g).masked_fill(~mask, 200.0),
+    }
+    for what, scores in tries.items():
+        log = _OpLog()
+        with log.mode:
+            got = answer(scores.clone(), mask)
+        require(tensor_problem(got, (2, 4, 4), what="the weights"))
+        if log.names & {"_softmax", "_safe_softmax", "_log_softmax", "softmax", "log_softmax"}:
+            return False, "it calls a softmax; build the weights from exp, max and sum yourself"
+        right = _reference_43(scores, mask)
+        inverted = _reference_43(scores, ~mask)
+        if torch.allclose(got.nan_to_num(-1.0), inverted, atol=1e-5) and what == "ordinary scores":
+            return False, "the polarity is inverted: True means 'may attend', so the keys where the mask is False get 0"
+        if torch.isnan(got[:, 2]).any() and not torch.isnan(got[:, :2]).any():
+            return False, "the row with no allowed key gives NaN (0 / 0): clamp the row sum away from 0"
+        if torch.isnan(got).any() or torch.isinf(got).any():
+            if what == "scores near 1000":
+                return False, "scores near 1000 give NaN: exp(1000) overflows float32; subtract each row's largest score first"
+            return False, f"NaN or inf in the weights for {what}"
+        if (got[~mask] != 0).any():
+            return False, "masked keys must get weight exactly 0"
+        if what == "a masked key with the largest score" and torch.allclose(got[:, 0], torch.zeros(2, 4)):
+            return False, ("a masked key with a large score wipes out its row: subtract the largest ALLOWED score, "
+                           "not the largest of all")
+        if torch.allclose(got[:, 2], torch.full((2, 4), 0.25), atol=1e-4):
+            return False, "the row with no allowed key attends uniformly: it must get zero weights"
+        if not torch.allclose(got, right, atol=1e-5):
+            return False, f"for {what} the allowed keys' weights are not the softmax of their scores (over the last axis)"
+    return True, "masked keys get 0, an empty row gets zeros, and large scores (allowed or masked) do no harm"
