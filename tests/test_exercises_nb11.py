@@ -1,6 +1,7 @@
 """Notebook 11's checkers: each accepts the right answer and rejects the mistakes learners make."""
 from __future__ import annotations
 
+import re
 import types
 
 import pytest
@@ -55,51 +56,86 @@ PROBE = torch.cat([torch.stack([torch.randperm(8, generator=torch.Generator().ma
                                 for i in range(4)])] * 2, 1)  # (4, 12): 6 distinct tokens, twice
 
 
-def check_heads(answer, model):
-    return check("11.2", answer, quiet=True, model=model, probe=PROBE)
+MODELS = [CopyingStub(needed={1}), CopyingStub(needed={0}, partial={1})]  # two models with different tables
+
+
+def check_table(answer, models=MODELS):
+    return check("11.2", answer, quiet=True, models=models, probe=PROBE)
+
+
+def copy_losses(model, masks):
+    """What a learner measures with the notebook's probe(): (first-copy loss, second-copy loss)."""
+    n = PROBE.shape[1] // 2
+    logits = model(PROBE, head_masks=masks)
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), PROBE[:, 1:], reduction="none")
+    return loss[:, : n - 1].mean().item(), loss[:, n:].mean().item()
+
+
+def one_off(model, layer, head):
+    masks = [torch.ones(a.num_heads) for a in model.attns]
+    masks[layer][head] = 0.0
+    return masks
+
+
+def right_table(model):
+    table = {}
+    for layer, attn in enumerate(model.attns):
+        for h in range(attn.num_heads):
+            first, second = copy_losses(model, one_off(model, layer, h))
+            table[(layer, h)] = first - second
+    return table
+
+
+def cumulative_table(model):  # one mask list, never reset: later entries have several heads zeroed
+    masks, table = [torch.ones(a.num_heads) for a in model.attns], {}
+    for layer, attn in enumerate(model.attns):
+        for h in range(attn.num_heads):
+            masks[layer][h] = 0.0
+            first, second = copy_losses(model, masks)
+            table[(layer, h)] = first - second
+    return table
+
+
+FROZEN = right_table(MODELS[0])  # a table measured once, on one model
 
 
 @pytest.mark.parametrize("wrong, says", [
-    ((0, 0), "copying survives"),            # the layer-0 head that does not matter
-    ((1, 0), "induction head itself"),        # the head section 9 already removed
-    ((0, 2), "there is no head"),
-    (0, "expected a pair"),
-    ((0.0, 1.0), "expected a pair"),
+    (cumulative_table, "with that head alone zeroed"),
+    (lambda m: {k: -v for k, v in right_table(m).items()}, "sign is reversed"),
+    (lambda m: {k: copy_losses(m, one_off(m, *k))[1] for k in right_table(m)}, "second-copy loss alone"),
+    (lambda m: {k: v for k, v in right_table(m).items() if k[0] == 0}, "one entry per head of every layer"),
+    (lambda m: {i: v for i, v in enumerate(right_table(m).values())}, "(layer, head) pairs"),
+    (lambda m: FROZEN, "same table for two different models"),
+    (lambda m: list(right_table(m).values()), "expected a dict"),
+    (FROZEN, "a function"),
 ])
 def test_11_2_rejects_typical_mistakes(wrong, says):
-    verdict = check_heads(wrong, CopyingStub(needed={1}))
+    verdict = check_table(wrong)
     assert verdict.ok is False and says in verdict.message
 
 
-def test_11_2_rejects_a_head_whose_removal_only_blurs_the_copy():
-    verdict = check_heads((0, 0), CopyingStub(needed={1}, partial={0}))
-    assert verdict.ok is False and "copying survives" in verdict.message
+def test_11_2_accepts_the_right_table():
+    assert check_table(right_table)
 
 
-@pytest.mark.parametrize("answer", [(0, 1), [0, 1]])
-def test_11_2_accepts_the_needed_head(answer):
-    assert check_heads(answer, CopyingStub(needed={1}))
+def test_11_2_accepts_tensor_values_and_any_key_order():
+    assert check_table(lambda m: {k: torch.tensor(v) for k, v in reversed(list(right_table(m).items()))})
 
 
-def test_11_2_accepts_either_head_when_both_are_needed():
-    model = CopyingStub(needed={0, 1})
-    assert check_heads((0, 0), model) and check_heads((0, 1), model)
-
-
-def test_11_2_never_names_the_answer_when_wrong():
-    verdict = check_heads((0, 0), CopyingStub(needed={1}))
-    assert "(0, 1)" not in verdict.message
+def test_11_2_never_prints_a_measured_gap_when_wrong():
+    verdict = check_table(cumulative_table)
+    assert verdict.ok is False and set(re.findall(r"\d+\.\d+", verdict.message)) <= {"0.001"}
 
 
 def test_11_2_refuses_a_model_that_does_not_copy():
     untrained = CopyingStub(needed=set())
     untrained.forward = lambda ids, head_masks=None: torch.zeros(*ids.shape, 8)
-    verdict = check_heads((0, 1), untrained)
+    verdict = check_table(right_table, models=[MODELS[0], untrained])
     assert verdict.ok is False and "does not copy yet" in verdict.message
 
 
-def test_11_2_asks_for_the_model_when_it_is_missing():
-    assert check("11.2", (0, 1), quiet=True).ok is False
+def test_11_2_asks_for_the_models_when_they_are_missing():
+    assert check("11.2", right_table, quiet=True).ok is False
 
 
 def right_top_k(logits, k):

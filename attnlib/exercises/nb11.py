@@ -22,7 +22,7 @@ def cached_mask(answer) -> tuple[bool, str]:
     if torch.equal(answer, ~right):
         return False, "the polarity is inverted: in attnlib True means 'may attend'"
     if torch.equal(answer, torch.ones(3, 8, dtype=torch.bool).tril()):
-        return False, "the diagonal is not shifted: new token 0 sits at position 5 and may see the 5 cached tokens (tril(diagonal=5))"
+        return False, "the diagonal is not shifted: new token 0 sits at position 5 and may see the 5 cached tokens"
     wrong = (answer != right).nonzero()
     if len(wrong):
         i, j = wrong[0].tolist()
@@ -31,8 +31,9 @@ def cached_mask(answer) -> tuple[bool, str]:
     return True, "new token i sits at position 5 + i and sees keys 0..5 + i"
 
 
-def _second_copy_loss(model, probe: torch.Tensor, ablate: tuple[int, int] | None = None) -> float:
-    """Mean loss on the second half of ``probe (B, 2n)`` (a sequence of n tokens, twice), with one head zeroed."""
+def _copy_losses(model, probe: torch.Tensor, ablate: tuple[int, int] | None = None) -> tuple[float, float]:
+    """Mean losses on the first and second copy of ``probe (B, 2n)`` (n distinct tokens, twice), with one head
+    zeroed: first = predicting tokens 1..n-1, second = predicting tokens n+1..2n-1."""
     import torch.nn.functional as F
     masks = [torch.ones(attn.num_heads) for attn in model.attns]
     if ablate is not None:
@@ -40,35 +41,58 @@ def _second_copy_loss(model, probe: torch.Tensor, ablate: tuple[int, int] | None
     with torch.no_grad():
         logits = model(probe, head_masks=masks)  # (B, 2n, V)
     n = probe.shape[1] // 2
-    return F.cross_entropy(logits[:, n:-1].transpose(1, 2), probe[:, n + 1:]).item()
+    loss = F.cross_entropy(logits[:, :-1].transpose(1, 2), probe[:, 1:], reduction="none")  # (B, 2n - 1)
+    return loss[:, : n - 1].mean().item(), loss[:, n:].mean().item()
 
 
 @checker("11.2")
-def head_the_induction_head_needs(answer, model=None, probe=None, threshold: float = 1.0) -> tuple[bool, str]:
-    """A pair (0, h): a layer-0 head of notebook 11's attention-only model whose removal (head_masks) lifts the
-    loss on the probe's second copy above ``threshold`` nats per token. Every such head is accepted."""
-    if model is None or probe is None:
-        raise ValueError("call check('11.2', my_head, model=toy_models[0], probe=PROBE)")
-    if not (isinstance(answer, (tuple, list)) and len(answer) == 2
-            and all(isinstance(x, int) and not isinstance(x, bool) for x in answer)):
-        return False, f"expected a pair (layer, head) of ints such as (0, 1), got {answer!r}"
-    layer, head = answer
-    heads = [attn.num_heads for attn in model.attns]
-    if not 0 <= layer < len(heads) or not 0 <= head < heads[layer]:
-        return False, f"there is no head {tuple(answer)}: the model has {len(heads)} layers with {heads} heads"
-    if layer != 0:
-        return False, ("that is layer 1's head, the induction head itself (section 9); the question is which "
-                       "layer-0 head it cannot do without")
-    intact = _second_copy_loss(model, probe)
-    if intact > threshold:
-        return False, (f"this model does not copy yet (second copy {intact:.2f} nats per token with every head): "
-                       "pass the trained model of section 9")
-    loss = _second_copy_loss(model, probe, (layer, head))
-    if loss <= threshold:
-        return False, (f"with head (0, {head}) zeroed the second copy still costs {loss:.2f} nats per token "
-                       f"(not above {threshold}): copying survives without this head")
-    return True, (f"with head (0, {head}) zeroed the second copy costs {loss:.2f} nats per token, against "
-                  f"{intact:.2f} intact: the induction head needs it")
+def ablation_table(answer, models=None, probe=None, tol: float = 1e-3) -> tuple[bool, str]:
+    """A function ``my_ablation(model) -> {(layer, head): gap}``: for every head of notebook 11's attention-only
+    model, the gap first-copy loss minus second-copy loss on ``probe`` with that head alone zeroed (head_masks).
+    Compared with the checker's own measurement on each of ``models`` (at least two, so that a table computed
+    once for one model, or typed in, does not pass)."""
+    if models is None or probe is None:
+        raise ValueError("call check('11.2', my_ablation, models=toy_models[:2], probe=PROBE)")
+    require(callable_problem(answer, "a function my_ablation(model)"))
+    tables = []
+    for i, model in enumerate(models):
+        first, second = _copy_losses(model, probe)
+        if first - second < 1.0:
+            return False, (f"model {i} does not copy yet (gap {first - second:.2f} nats with every head): "
+                           "pass the trained models of section 9")
+        got = answer(model)
+        if not isinstance(got, dict):
+            return False, f"expected a dict {{(layer, head): gap}}, got {type(got).__name__}"
+        heads = [(layer, h) for layer, attn in enumerate(model.attns) for h in range(attn.num_heads)]
+        keys = list(got)
+        if not all(isinstance(k, tuple) and len(k) == 2 and all(isinstance(x, int) and not isinstance(x, bool)
+                                                                for x in k) for k in keys):
+            return False, f"the keys must be (layer, head) pairs of ints such as (0, 1), got {keys[:3]}"
+        if sorted(keys) != heads:
+            return False, (f"the table must have one entry per head of every layer, {len(heads)} in all "
+                           f"(the model has {[a.num_heads for a in model.attns]} heads per layer); yours has "
+                           f"{sorted(keys)}")
+        try:
+            values = {k: float(v) for k, v in got.items()}
+        except (TypeError, ValueError):
+            return False, "each value must be a number: the gap in nats per token"
+        truth = {k: _copy_losses(model, probe, k) for k in heads}  # (first, second) with head k zeroed
+        wrong = [k for k in heads if abs(values[k] - (truth[k][0] - truth[k][1])) > tol]
+        if wrong and tables and values == tables[0]:
+            return False, "your function gives the same table for two different models: measure the model it is given"
+        for k in wrong:
+            f, s = truth[k]
+            if abs(values[k] - (s - f)) <= tol:
+                return False, f"the sign is reversed at head {k}: the gap is first-copy loss minus second-copy loss"
+            if abs(values[k] - s) <= tol:
+                return False, f"at head {k} this is the second-copy loss alone; the gap subtracts it from the first-copy loss"
+            if abs(values[k] - f) <= tol:
+                return False, f"at head {k} this is the first-copy loss alone; the gap subtracts the second-copy loss from it"
+            return False, (f"model {i}, head {k}: your gap differs from the one measured with that head alone zeroed "
+                           f"(every other head kept at 1) by more than {tol} nats")
+        tables.append(values)
+    return True, (f"the gaps match on all {len(models)} models: for each head, how much copying survives "
+                  "when it alone is removed")
 
 
 @checker("11.3")
