@@ -205,3 +205,45 @@ def load_smollm2(path: str | Path | None = None, verify: bool = True) -> tuple[S
         model = SmolLM2(SmolLM2Config.from_metadata(gguf.metadata)).load_gguf(gguf)
         tokenizer = GGUFTokenizer(gguf.metadata)
     return model.eval(), tokenizer
+
+
+def reference_model(path: str | Path | None = None):
+    """``transformers``' own ``LlamaForCausalLM`` from the same GGUF (float32, eager attention, eval mode): the
+    reference that notebook 13 and the tests hold our model against. Needs ``transformers`` and ``gguf``.
+
+    ``transformers`` (5.23) converts the file with ``gguf``'s reader and name map, and does two things slowly
+    on the way: it parses the file's metadata (49,152 tokens, 48,900 merges) twice, once for the configuration
+    and once for the weights, and it rebuilds ``gguf``'s tensor-name map for every module of the model (about
+    400 times). Both are pure functions of their arguments, so during this call each is computed once and
+    remembered; what ``transformers`` builds from them is unchanged (a test compares every weight with a plain
+    ``from_pretrained``). On a slow two-core machine the load fell from 26 s to 15 s. Its warnings (no network)
+    and its conversion bar (which ignores ``disable_progress_bar``) are silenced for the call.
+    """
+    import functools
+
+    import gguf
+    import transformers
+    import transformers.modeling_gguf_pytorch_utils as gguf_loader
+    from transformers import LlamaForCausalLM
+
+    path = model_file() if path is None else Path(path)
+    readers: dict = {}
+
+    def reader(file, *args, **kwargs):  # one parse of the file per call of reference_model
+        key = (str(file), args, tuple(sorted(kwargs.items())))
+        if key not in readers:
+            readers[key] = saved["reader"](file, *args, **kwargs)
+        return readers[key]
+
+    saved = {"reader": gguf.GGUFReader, "names": gguf.get_tensor_name_map, "bar": gguf_loader.tqdm,
+             "verbosity": transformers.logging.get_verbosity()}
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(saved["names"])
+    gguf_loader.tqdm = lambda items, **_: items
+    transformers.logging.set_verbosity_error()
+    try:
+        model = LlamaForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32,
+                                                 attn_implementation="eager")
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map, gguf_loader.tqdm = saved["reader"], saved["names"], saved["bar"]
+        transformers.logging.set_verbosity(saved["verbosity"])
+    return model.eval()

@@ -53,10 +53,21 @@ def tok(loaded):
 
 @pytest.fixture(scope="module")
 def reference():
+    return smollm2.reference_model()
+
+
+def test_reference_model_equals_a_plain_transformers_load(reference):
+    """reference_model only remembers two pure functions during the load: the same configuration and weights as a
+    plain from_pretrained, and gguf's functions are restored afterwards."""
+    import gguf
     from transformers import LlamaForCausalLM
     path = smollm2.model_file()
-    return LlamaForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32,
-                                            attn_implementation="eager").eval()
+    plain = LlamaForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32,
+                                             attn_implementation="eager")
+    assert reference.config.to_dict() == plain.config.to_dict()
+    ours, theirs = reference.state_dict(), plain.state_dict()
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert not reference.training and isinstance(gguf.GGUFReader, type)
 
 
 @pytest.fixture(scope="module")

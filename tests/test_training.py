@@ -141,7 +141,7 @@ def test_train_seq2seq_with_weight_decay_uses_adamw_and_without_it_adam():
     seed_everything(0)
     m = Seq2Seq(Encoder(8, 4, 8), AttentionDecoder(8, 4, 8, 8, AdditiveAttention(8, 8, 8)))
     torch.manual_seed(0)
-    opt = torch.optim.Adam(m.parameters(), lr=1e-2)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-2, fused=True)  # as notebook 01 writes it
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-2, total_steps=8)
     from attnlib import batches
     for epoch in (1, 2):
@@ -184,7 +184,7 @@ def test_train_steps_gives_bit_identical_weights_to_notebook_05s_loop():
     position): train_steps with the same seed ends with exactly the same weights."""
     seed, steps = 3, 12
     model = tagger(seed, 2 * 11, L05)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)  # as notebook 05 writes it
     data = torch.Generator().manual_seed(seed + 1)
     losses = []
     for _ in range(steps):
@@ -209,7 +209,7 @@ def test_train_steps_gives_bit_identical_weights_to_notebook_06s_cosine_loop():
     steps, lr = 10, 2e-3
     model = tagger(1, 10, 12)
     generator = torch.Generator().manual_seed(101)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
     accuracy = []
     model.train()
