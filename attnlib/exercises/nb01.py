@@ -7,6 +7,14 @@ from . import checker, require
 from .nb00 import callable_problem
 
 
+def _number(value, what: str, kind=float):
+    """``(kind(value), None)``, or ``(None, a sentence saying what was expected)`` when ``value`` is not a number."""
+    try:
+        return kind(value), None
+    except (TypeError, ValueError):
+        return None, f"{what}, got {type(value).__name__}"
+
+
 def _gradients(scale: float, seed: int = 0) -> list[torch.Tensor]:
     """Three gradient tensors of different shapes, with a total norm of about ``scale``."""
     g = torch.Generator().manual_seed(seed)
@@ -92,10 +100,8 @@ def parameter_formula(answer, vocab_size: int, emb: int, ratio=None) -> tuple[bo
         return False, "a and b are right, but the constant c is not: which layers do not depend on H?"
     if ratio is None:
         return False, "the coefficients are right; now compute ratio_256_128 with them (the placeholder is still None)"
-    try:
-        ratio = float(ratio)
-    except (TypeError, ValueError):
-        return False, f"ratio_256_128 should be a number, got {type(ratio).__name__}"
+    ratio, problem = _number(ratio, "ratio_256_128 should be a number")
+    require(problem)
     right = (A * 256**2 + B * 256 + C) / (A * 128**2 + B * 128 + C)
     if abs(ratio - right) < 5e-3:
         return True, "the coefficients are right, and the ratio follows from them"
@@ -118,10 +124,8 @@ def beam_sequence_accuracies(answer, model, data, differ=None) -> tuple[bool, st
         return False, f"expected a dict with the beam sizes 1, 3 and 10 as keys, got {got}"
     scores = {k: evaluate(model, data, beam_size=k) for k in (1, 3, 10)}
     for k in (1, 3, 10):
-        try:
-            got = float(answer[k])
-        except (TypeError, ValueError):
-            return False, f"beam {k}: expected a number, got {type(answer[k]).__name__}"
+        got, problem = _number(answer[k], f"beam {k}: expected a number")
+        require(problem)
         if abs(got - scores[k]["seq_acc"]) < 1e-9:
             continue
         if abs(got - scores[k]["token_acc"]) < 1e-9:
@@ -129,10 +133,8 @@ def beam_sequence_accuracies(answer, model, data, differ=None) -> tuple[bool, st
         return False, f"beam {k}: {got:.4f} is not the sequence accuracy of this model on this test set"
     if differ is None:
         return False, "the accuracies are right; now count the inputs where beam size 3 and greedy_decode disagree (n_differ)"
-    try:
-        differ = int(differ)
-    except (TypeError, ValueError):
-        return False, f"n_differ should be a count (an int), got {type(differ).__name__}"
+    differ, problem = _number(differ, "n_differ should be a count (an int)", int)
+    require(problem)
     device = next(model.parameters()).device
     src, real = data.src.to(device), data.src_key_padding_mask.to(device)
     T = data.tgt.shape[1]
@@ -184,10 +186,8 @@ def injected_error_rate(model, data, position: int, offset: int = 1, read: int |
 def injected_error(answer, model, data, position: int = 4) -> tuple[bool, str]:
     """``answer``: among the sequences greedy decoding gets right, the share whose digit position+1 is wrong
     when the decoder is fed the gold target with digit ``position`` replaced by (d + 1) mod 10 (a float)."""
-    try:
-        got = float(answer)
-    except (TypeError, ValueError):
-        return False, f"expected a number (a share of sequences), got {type(answer).__name__}"
+    got, problem = _number(answer, "expected a number (a share of sequences)")
+    require(problem)
     if not 0.0 <= got <= 1.0:
         return False, f"a share lies between 0 and 1, got {got}"
     truth = injected_error_rate(model, data, position)

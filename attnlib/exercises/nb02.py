@@ -49,6 +49,17 @@ def _reference(att, queries, keys, mask):
         return torch.stack([att(queries[:, t], keys, mask)[1] for t in range(queries.shape[1])], 1)
 
 
+_SIZES = (3, 4, 7)  # B, T, L of exercises 2.1 and 2.2
+
+
+def _steps_problem(answer, name: str, seed: int):
+    """Exercises 2.1 and 2.2: check that ``answer`` is a function, then ``(att, queries (B, T, 6), keys, mask,
+    every step's reference weights (B, T, L))``."""
+    require(callable_problem(answer, f"a function {name}(att, queries, keys, mask)"))
+    att, queries, keys, mask = _additive_problem(seed=seed, query_shape=_SIZES[:2])
+    return att, queries, keys, mask, _reference(att, queries, keys, mask)
+
+
 def _weights_problem(got, right, mask, B: int, T: int, L: int) -> str | None:
     """What is wrong with weights ``got`` (B, T, L) against ``right``, or None."""
     if isinstance(got, torch.Tensor) and tuple(got.shape) == (B, L, T):
@@ -74,10 +85,7 @@ def _weights_problem(got, right, mask, B: int, T: int, L: int) -> str | None:
 @checker("2.1")
 def step_weights_keys_once(answer) -> tuple[bool, str]:
     """``answer(att, queries (B, T, Dq), keys (B, L, Dk), mask (B, L)) -> weights (B, T, L)``, ``att.W_h`` run once."""
-    require(callable_problem(answer, "a function step_weights(att, queries, keys, mask)"))
-    B, T, L = 3, 4, 7
-    att, queries, keys, mask = _additive_problem(seed=0, query_shape=(B, T))
-    right = _reference(att, queries, keys, mask)
+    B, T, L, (att, queries, keys, mask, right) = *_SIZES, _steps_problem(answer, "step_weights", seed=0)
     with torch.no_grad(), _watch(att, forbid_module=False) as calls:
         got = answer(att, queries, keys, mask)
     require(_weights_problem(got, right, mask, B, T, L))
@@ -94,10 +102,7 @@ def step_weights_keys_once(answer) -> tuple[bool, str]:
 @checker("2.2")
 def all_step_weights(answer) -> tuple[bool, str]:
     """``answer(att, queries (B, T, Dq), keys (B, L, Dk), mask (B, L)) -> weights (B, T, L)``, all steps at once."""
-    require(callable_problem(answer, "a function all_step_weights(att, queries, keys, mask)"))
-    B, T, L = 3, 4, 7
-    att, queries, keys, mask = _additive_problem(seed=1, query_shape=(B, T))
-    right = _reference(att, queries, keys, mask)
+    B, T, L, (att, queries, keys, mask, right) = *_SIZES, _steps_problem(answer, "all_step_weights", seed=1)
     with torch.no_grad(), _watch(att, forbid_module=True) as calls:
         try:
             got = answer(att, queries, keys, mask)
