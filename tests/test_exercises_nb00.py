@@ -87,6 +87,13 @@ def test_03_accepts_minus_inf_and_very_negative_numbers(right):
     assert check("0.3", right, quiet=True)
 
 
+def test_03_leaves_the_global_generator_alone():
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    check("0.3", lambda m: torch.zeros(m.shape).masked_fill(~m, float("-inf")), quiet=True)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 @pytest.mark.parametrize("wrong, says", [
     (lambda m: m.float(), "nothing is blocked"),
     (lambda m: ~m, "bool mask"),
@@ -94,6 +101,8 @@ def test_03_accepts_minus_inf_and_very_negative_numbers(right):
     (lambda m: (~m).float() * -1.0, "still lets weight through"),
     (lambda m: torch.zeros(m.shape).masked_fill(~m.T, float("-inf")), "allowed position must get 0"),
     (lambda m: m.int() - 1, "float"),
+    (lambda m: torch.full((5, 5), float("-inf")).triu(1), "shape"),  # ignores its input: right only for a 5 x 5 causal mask
+    (lambda m: torch.full(m.shape, float("-inf")).triu(1), "not causal"),  # ignores everything but the size
 ])
 def test_03_rejects(wrong, says):
     verdict = check("0.3", wrong, quiet=True)

@@ -181,35 +181,41 @@ def additive_mask(answer: Callable) -> tuple[bool, str]:
     (-1e4 or below) gives the same weights here as -inf, so both are accepted.
     """
     require(callable_problem(answer, "a function to_additive_mask(mask)"))
-    causal = torch.ones(5, 5, dtype=torch.bool).tril()
-    before = causal.clone()
-    got = answer(causal)
-    if not torch.equal(causal, before):
-        return False, "your function changed its input mask in place; return a new tensor"
-    require(tensor_problem(got, (5, 5), what="the returned mask"))
-    if got.dtype == torch.bool:
-        return False, "that is a bool mask; the exercise asks for the float form, whose values are added to the scores"
-    if not got.is_floating_point():
-        return False, f"return a float tensor (it is added to the scores), got {got.dtype}"
-    if got.dtype != torch.float32:
-        return False, f"return float32, the dtype of the scores it is added to; got {got.dtype}, which PyTorch refuses to mix"
-    allowed, blocked = got[causal], got[~causal]
-    if torch.equal(got, causal.float()):
-        return False, "mask.float() adds 1 to the allowed scores and 0 to the blocked ones: nothing is blocked"
-    if bool((allowed < -1e3).all()) and bool((blocked == 0).all()):
-        return False, "the polarity is inverted: the allowed positions must get 0, the blocked ones -inf"
-    if not bool((allowed == 0).all()):
-        return False, "an allowed position must get 0, so that its score is unchanged"
-    if not bool((blocked <= -1e4).all()):
-        return False, "a blocked position needs -inf (or a number so negative that exp() of it is 0); yours still lets weight through"
-    ref = nn.MultiheadAttention(16, 2, batch_first=True).eval()
     from attnlib.multihead import MultiHeadAttention
 
-    ours = MultiHeadAttention(16, 2).copy_from_torch(ref).eval()
-    x = torch.randn(1, 5, 16, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        theirs, _ = ref(x, x, x, attn_mask=answer(causal))
-        mine, _ = ours(x, x, x, mask=causal)
-    if not torch.allclose(theirs, mine, atol=1e-5):
-        return False, "nn.MultiheadAttention with your float mask does not give the output of attnlib's module with the bool mask"
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    scattered = torch.rand(7, 7, generator=torch.Generator().manual_seed(2)) < 0.5  # (7, 7), not causal
+    scattered |= torch.eye(7, dtype=torch.bool)  # every query may attend to at least itself
+    for mask in (causal, scattered):
+        L = mask.shape[0]
+        before = mask.clone()
+        got = answer(mask)
+        if not torch.equal(mask, before):
+            return False, "your function changed its input mask in place; return a new tensor"
+        require(tensor_problem(got, (L, L), what=f"the returned mask for a ({L}, {L}) input"))
+        if got.dtype == torch.bool:
+            return False, "that is a bool mask; the exercise asks for the float form, whose values are added to the scores"
+        if not got.is_floating_point():
+            return False, f"return a float tensor (it is added to the scores), got {got.dtype}"
+        if got.dtype != torch.float32:
+            return False, f"return float32, the dtype of the scores it is added to; got {got.dtype}, which PyTorch refuses to mix"
+        allowed, blocked = got[mask], got[~mask]
+        if torch.equal(got, mask.float()):
+            return False, "mask.float() adds 1 to the allowed scores and 0 to the blocked ones: nothing is blocked"
+        if bool((allowed < -1e3).all()) and bool((blocked == 0).all()):
+            return False, "the polarity is inverted: the allowed positions must get 0, the blocked ones -inf"
+        if not bool((allowed == 0).all()):
+            what = "" if mask is causal else " (for a mask that is not causal: the answer must follow its input)"
+            return False, "an allowed position must get 0, so that its score is unchanged" + what
+        if not bool((blocked <= -1e4).all()):
+            return False, "a blocked position needs -inf (or a number so negative that exp() of it is 0); yours still lets weight through"
+        with torch.random.fork_rng(devices=[]):  # building the modules draws from the global generator: not the learner's
+            ref = nn.MultiheadAttention(16, 2, batch_first=True).eval()
+            ours = MultiHeadAttention(16, 2).copy_from_torch(ref).eval()
+        x = torch.randn(1, L, 16, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            theirs, _ = ref(x, x, x, attn_mask=answer(mask))
+            mine, _ = ours(x, x, x, mask=mask)
+        if not torch.allclose(theirs, mine, atol=1e-5):
+            return False, "nn.MultiheadAttention with your float mask does not give the output of attnlib's module with the bool mask"
     return True, "nn.MultiheadAttention with your float mask gives the same output as attnlib's module with the bool mask"
