@@ -41,6 +41,7 @@ def test_41_accepts():
         return torch.stack(out)
 
     assert check("4.1", loop, quiet=True)
+    assert check("4.1", lambda x, y, w: right_loo(x.double(), y.double(), w), quiet=True)  # float64 is right too
 
 
 
@@ -69,6 +70,9 @@ def test_42_accepts():
     assert check("4.2", right_cross_flops, quiet=True)
     assert check("4.2", lambda Lq, Lk, dm, dk: float(right_cross_flops(Lq, Lk, dm, dk)), quiet=True)
     assert check("4.2", lambda Lq, Lk, dm, dk: torch.tensor(right_cross_flops(Lq, Lk, dm, dk)), quiet=True)
+    np = pytest.importorskip("numpy")
+    assert check("4.2", lambda Lq, Lk, dm, dk: np.int64(right_cross_flops(Lq, Lk, dm, dk)), quiet=True)
+    assert check("4.2", lambda Lq, Lk, dm, dk: np.float64(right_cross_flops(Lq, Lk, dm, dk)), quiet=True)
     # grouped differently: (2Lq + 4Lk + 2Lq) d_model d_k + 4 Lq Lk d_k
     assert check("4.2", lambda Lq, Lk, dm, dk: 4 * dm * dk * (Lq + Lk) + 4 * Lq * Lk * dk, quiet=True)
 
@@ -103,6 +107,17 @@ def no_clamp(scores, mask):
     return e / e.sum(-1, keepdim=True)
 
 
+def with_minus_inf(scores, mask):
+    allowed_max = scores.masked_fill(~mask, float("-inf")).amax(-1, keepdim=True)
+    e = (scores - allowed_max).exp().nan_to_num(0.0) * mask
+    return e / e.sum(-1, keepdim=True).clamp_min(1e-30)
+
+
+def same_shape_only(scores, mask):
+    assert mask.shape == scores.shape
+    return right_masked_softmax(scores, mask)
+
+
 @pytest.mark.parametrize("wrong, says", [
     (no_max, "1000"),
     (max_over_all, "ALLOWED"),
@@ -111,6 +126,9 @@ def no_clamp(scores, mask):
     (lambda s, m: s.masked_fill(~m, float("-inf")).softmax(-1).nan_to_num(0.0), "softmax"),
     (lambda s, m: s.masked_fill(~m, -1e9).softmax(-1), "softmax"),
     (lambda s, m: (s - s.amax(-1, keepdim=True)).exp() * m, "not the softmax"),  # never normalised
+    (with_minus_inf, "-inf"),  # right numbers, but by the route the exercise rules out
+    (same_shape_only, "AssertionError"),  # the exercise promises a mask that broadcasts
+    (lambda s, m: right_masked_softmax(s, m) if m.shape == s.shape else torch.full_like(s, 0.25), "broadcasts"),
     (None, "not attempted"),
 ])
 def test_43_rejects(wrong, says):
@@ -128,3 +146,4 @@ def test_43_rejects_the_library():
 def test_43_accepts():
     assert check("4.3", right_masked_softmax, quiet=True)
     assert check("4.3", where_version, quiet=True)
+    assert check("4.3", lambda s, m: right_masked_softmax(s.double(), m), quiet=True)  # float64 is right too

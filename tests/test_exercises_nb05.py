@@ -60,6 +60,36 @@ def test_51_messages_do_not_give_the_rows_away():
         assert "*d_k" not in message and "rows" not in message, message
 
 
+def by_attributes(mha, x, j):  # reads the sizes from the projections instead of mha.d_k: also right
+    d_k = mha.w_q.out_features // mha.num_heads
+    rows = slice(j * d_k, (j + 1) * d_k)
+    q = x @ mha.w_q.weight[rows].T + mha.w_q.bias[rows]
+    k = x @ mha.w_k.weight[rows].T + mha.w_k.bias[rows]
+    assert mha.w_q.in_features == mha.d_model == x.shape[-1]
+    return (q @ k.transpose(-2, -1) / d_k**0.5).softmax(-1)
+
+
+def test_51_accepts_attribute_reads():  # the copy handed to the learner reads like the real layer
+    verdict = check("5.1", by_attributes, quiet=True)
+    assert verdict.ok, verdict.message
+
+
+@pytest.mark.parametrize("wrong, says", [
+    (lambda m, x, j: m.forward(x, x, x)[1][:, j], "instead of calling mha"),
+    (lambda m, x, j: right_head(m, x, j) + 0 * m.w_q.forward(x).sum(), "instead of calling the projection"),
+])
+def test_51_refuses_forward(wrong, says):
+    verdict = check("5.1", wrong, quiet=True)
+    assert verdict.ok is False and says in verdict.message, verdict.message
+
+
+def test_51_leaves_the_global_generator_alone():  # the learner's random numbers do not depend on running the check
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    check("5.1", right_head, quiet=True)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 SHIFT = torch.eye(8).roll(1, dims=1)  # row j = e_(j+1): key j matches query j + 1
 
 

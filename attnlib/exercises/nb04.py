@@ -1,6 +1,9 @@
 """Checkers for notebook 04's exercises (a leave-one-out soft lookup, cross-attention FLOPs, a masked softmax without -inf)."""
 from __future__ import annotations
 
+import math
+import numbers
+
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
@@ -25,6 +28,7 @@ def leave_one_out_fn(answer) -> tuple[bool, str]:
     for width in (0.2, 0.7, 2.0):
         got = answer(x.clone(), y.clone(), width)
         require(tensor_problem(got, (30,), what=f"loo_predictions(x, y, {width}) for 30 points"))
+        got = got.detach().to(x.dtype)  # a float64 answer is as right as a float32 one
         if torch.isnan(got).any():
             return False, "NaN in the predictions: a point's own score must drop out without leaving a row of all -inf"
         right = _loo_reference(x, y, width)
@@ -73,8 +77,9 @@ def cross_attention_flops_fn(answer) -> tuple[bool, str]:
         got = answer(Lq, Lk, dm, dk)
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
-        if isinstance(got, bool) or not isinstance(got, (int, float)):
+        if isinstance(got, bool) or not isinstance(got, numbers.Real):  # int, float, numpy's int64 and float64...
             return False, f"expected a number of FLOPs, got {type(got).__name__}"
+        got = int(got) if isinstance(got, numbers.Integral) else float(got)
         right = _counted_cross(Lq, Lk, dm, dk)
         if got == right:
             continue
@@ -104,12 +109,24 @@ class _OpLog:
     def __init__(self):
         from torch.utils._python_dispatch import TorchDispatchMode
 
+        from torch.utils._pytree import tree_leaves
+
         names = self.names = set()
+        self.minus_inf = False  # did any operation take or make a -inf?
+        log = self
+
+        def has_minus_inf(value):
+            if isinstance(value, torch.Tensor):
+                return value.is_floating_point() and bool(torch.isneginf(value).any())
+            return isinstance(value, float) and value == -math.inf
 
         class Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 names.add(func.__name__.split(".")[0])
-                return func(*args, **(kwargs or {}))
+                out = func(*args, **(kwargs or {}))
+                if any(has_minus_inf(v) for v in tree_leaves((args, kwargs, out))):
+                    log.minus_inf = True
+                return out
 
         self.mode = Mode()
 
@@ -132,18 +149,27 @@ def stable_masked_softmax_fn(answer) -> tuple[bool, str]:
     mask = torch.tensor([[True, True, False, False], [True, True, True, True], [False, False, False, False],
                          [False, True, False, True]])
     mask = mask.expand(2, 4, 4)
-    tries = {
-        "ordinary scores": torch.randn(2, 4, 4, generator=g),
-        "scores near 1000": 1000 + 3 * torch.randn(2, 4, 4, generator=g),
-        "a masked key with the largest score": torch.randn(2, 4, 4, generator=g).masked_fill(~mask, 200.0),
+    padding = torch.tensor([[True, True, False, True], [True, False, False, False]])[:, None, :]  # (2, 1, 4)
+    tries = {  # what -> (scores, mask); the last mask broadcasts over the queries, as a padding mask does
+        "ordinary scores": (torch.randn(2, 4, 4, generator=g), mask),
+        "scores near 1000": (1000 + 3 * torch.randn(2, 4, 4, generator=g), mask),
+        "a masked key with the largest score": (torch.randn(2, 4, 4, generator=g).masked_fill(~mask, 200.0), mask),
+        "a (2, 1, 4) mask that broadcasts over the queries": (torch.randn(2, 4, 4, generator=g), padding),
     }
-    for what, scores in tries.items():
+    for what, (scores, mask) in tries.items():
         log = _OpLog()
         with log.mode:
-            got = answer(scores.clone(), mask)
-        require(tensor_problem(got, (2, 4, 4), what="the weights"))
+            got = answer(scores.clone(), mask.clone())
+        require(tensor_problem(got, (2, 4, 4), what=f"the weights for {what}"))
+        got = got.detach().to(scores.dtype)  # a float64 answer is as right as a float32 one
         if log.names & {"_softmax", "_safe_softmax", "_log_softmax", "softmax", "log_softmax"}:
             return False, "it calls a softmax; build the weights from exp, max and sum yourself"
+        if log.minus_inf:
+            return False, "a -inf appears along the way; the exercise asks for a masked softmax that never uses one"
+        if mask.shape != scores.shape:  # the broadcast mask: only the final comparison applies
+            if not torch.allclose(got.nan_to_num(-1.0), _reference_43(scores, mask), atol=1e-5):
+                return False, f"for {what} the allowed keys' weights are not the softmax of their scores"
+            continue
         right = _reference_43(scores, mask)
         inverted = _reference_43(scores, ~mask)
         if torch.allclose(got.nan_to_num(-1.0), inverted, atol=1e-5) and what == "ordinary scores":

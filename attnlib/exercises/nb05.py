@@ -8,26 +8,40 @@ from .nb00 import callable_problem, tensor_problem
 
 
 class _WeightsOnly:
-    """A projection's ``weight`` and ``bias``, readable; calling it raises (the exercise slices the weights itself)."""
+    """A projection whose attributes (``weight``, ``bias``, ``out_features``, ...) read as usual; running it raises."""
 
     def __init__(self, linear, name):
-        self.weight, self.bias, self._name = linear.weight, linear.bias, name
+        self._linear, self._name = linear, name
 
-    def __call__(self, *args, **kwargs):
+    def _refuse(self, *args, **kwargs):
         raise RuntimeError(f"slice mha.{self._name}.weight and .bias instead of calling mha.{self._name}")
 
+    __call__ = _refuse
 
-class _NoCalls(torch.nn.Module):
-    """Wraps a MultiHeadAttention's weights; calling it or its projections is not allowed (the exercise builds a head by hand)."""
+    def __getattr__(self, attr):  # only for names not set above: everything else the nn.Linear has
+        if attr == "forward":
+            return self._refuse
+        return getattr(self._linear, attr)
+
+
+class _NoCalls:
+    """A MultiHeadAttention whose attributes read as usual (num_heads, d_k, w_q.weight, ...); running it or its
+    projections raises (the exercise builds a head by hand)."""
 
     def __init__(self, mha):
-        super().__init__()
+        self._mha = mha
         self.w_q, self.w_k = _WeightsOnly(mha.w_q, "w_q"), _WeightsOnly(mha.w_k, "w_k")
         self.w_v, self.w_o = _WeightsOnly(mha.w_v, "w_v"), _WeightsOnly(mha.w_o, "w_o")
-        self.num_heads, self.d_k, self.d_model = mha.num_heads, mha.d_k, mha.d_model
 
-    def forward(self, *args, **kwargs):
+    def _refuse(self, *args, **kwargs):
         raise RuntimeError("build head j from mha.w_q and mha.w_k instead of calling mha")
+
+    __call__ = _refuse
+
+    def __getattr__(self, attr):
+        if attr == "forward":
+            return self._refuse
+        return getattr(self._mha, attr)
 
 
 def _head_weights(mha, x: torch.Tensor, j: int, scale: float | None = None, bias: bool = True) -> torch.Tensor:
@@ -46,8 +60,8 @@ def head_by_hand(answer) -> tuple[bool, str]:
     require(callable_problem(answer, "a function head_weights(mha, x, j)"))
     g = torch.Generator().manual_seed(0)
     for d, h, j in ((12, 3, 1), (16, 4, 3), (16, 4, 0)):
-        torch.manual_seed(d + j)
-        mha = MultiHeadAttention(d, h)
+        with torch.random.fork_rng(devices=[]):  # building the layer draws from the global generator: not the learner's
+            mha = MultiHeadAttention(d, h)
         with torch.no_grad():
             for p in mha.parameters():
                 p.normal_(0, 0.5, generator=g)  # biases too, so that forgetting them shows
