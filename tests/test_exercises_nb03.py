@@ -26,6 +26,24 @@ def test_31_accepts():
     assert check("3.1", right_entropy, quiet=True)
 
 
+def test_31_accepts_a_small_epsilon_in_the_log():
+    """log(p + 1e-4) is off by 8e-4 on a uniform row over 8 keys: inside the tolerance."""
+    assert check("3.1", lambda p: float(-(p * (p + 1e-4).log()).sum(-1).mean()), quiet=True)
+
+
+@pytest.mark.parametrize("wrong, says", [
+    (lambda p: float(-(p * (p + 1e-2).log()).sum(-1).mean()), "epsilon"),                  # too large an epsilon
+    (lambda p: float(-(p * p.clamp_min(1e-12).log()).sum(-1).mean()) / 2, "not ln 8"),      # some other slip
+    (lambda p: right_entropy(p.softmax(-1)), "[0.5, 0.5, 0, 0]"),                           # softmax of weights
+    (lambda p: right_entropy((p + 0.01) / (p + 0.01).sum(-1, keepdim=True)), "[0.5, 0.5, 0, 0]"),  # smoothed p
+])
+def test_31_rejects_without_giving_the_values(wrong, says):
+    verdict = check("3.1", wrong, quiet=True)
+    assert verdict.ok is False and says in verdict.message
+    for expected in ("2.079", "0.3466", "0.347", "0.34657"):   # ln 8 and the padded rows' mean entropy
+        assert expected not in verdict.message
+
+
 def right_32(luong):
     from attnlib import AdditiveAttention
     dq = luong.query_dim
@@ -115,6 +133,16 @@ def right_top_k(w, k):
 def test_33_rejects(wrong, says):
     verdict = check("3.3", wrong, quiet=True)
     assert verdict.ok is False and says in verdict.message
+
+
+def test_33_rejects_wrong_values_without_giving_them():
+    """Right entries, wrong values (a softmax over the kept weights): the message names the fix, not the rows."""
+    def softmax_kept(w, k):
+        top = w.topk(k, dim=-1)
+        return torch.zeros_like(w).scatter(-1, top.indices, top.values.softmax(-1))
+    verdict = check("3.3", softmax_kept, quiet=True)
+    assert verdict.ok is False and "values are off" in verdict.message
+    assert "0.625" not in verdict.message and "0.75" not in verdict.message
 
 
 def test_33_accepts():
