@@ -1,12 +1,14 @@
 """Notebook 11's checkers: each accepts the right answer and rejects the mistakes learners make."""
 from __future__ import annotations
 
+import math
 import re
-import types
 
 import pytest
 import torch
 
+import attnlib
+from attnlib.attention import causal_mask
 from attnlib.exercises import check
 
 
@@ -30,112 +32,112 @@ def test_11_1_accepts_the_right_mask():
     assert check("11.1", right_mask(), quiet=True)
 
 
-class CopyingStub(torch.nn.Module):
-    """Stands in for notebook 11's attention-only model: it copies the repeat perfectly unless the layer-1 head
-    or one of the ``needed`` layer-0 heads is zeroed; ``partial`` heads, when zeroed, blur the copy a little."""
+class TinyAttentionOnly(torch.nn.Module):
+    """Notebook 11's attention-only model, small: embeddings, then x = x + attn(norm(x)) per layer, no MLP."""
 
-    def __init__(self, needed, partial=()):
+    def __init__(self, seed, V=8, T=12, d=16, heads=(2, 1)):
         super().__init__()
-        self.attns = [types.SimpleNamespace(num_heads=2), types.SimpleNamespace(num_heads=1)]
-        self.needed, self.partial = set(needed), set(partial)
+        torch.manual_seed(seed)
+        self.tok_emb, self.pos_emb = torch.nn.Embedding(V, d), torch.nn.Embedding(T, d)
+        self.norms = torch.nn.ModuleList(torch.nn.LayerNorm(d) for _ in heads)
+        self.attns = torch.nn.ModuleList(attnlib.MultiHeadAttention(d, h) for h in heads)
+        self.norm, self.head = torch.nn.LayerNorm(d), torch.nn.Linear(d, V)
 
     def forward(self, ids, head_masks=None):
-        B, T = ids.shape
-        logits = torch.zeros(B, T, 8)
-        masks = head_masks or [torch.ones(2), torch.ones(1)]
-        broken = masks[1][0] == 0 or any(masks[0][h] == 0 for h in self.needed)
-        blur = any(masks[0][h] == 0 for h in self.partial)
-        if not broken:  # the next token after position t >= n is ids[t - n + 1]
-            n = T // 2
-            strength = 1.5 if blur else 20.0
-            logits[:, n:-1].scatter_(-1, ids[:, 1:n, None], strength)
-        return logits
+        x = self.tok_emb(ids) + self.pos_emb.weight[: ids.shape[1]]
+        for i, (norm, attn) in enumerate(zip(self.norms, self.attns)):
+            z = norm(x)
+            x = x + attn(z, z, z, causal=True, head_mask=None if head_masks is None else head_masks[i])[0]
+        return self.head(self.norm(x))
 
 
 PROBE = torch.cat([torch.stack([torch.randperm(8, generator=torch.Generator().manual_seed(i))[:6]
                                 for i in range(4)])] * 2, 1)  # (4, 12): 6 distinct tokens, twice
+MODELS = [TinyAttentionOnly(0).eval(), TinyAttentionOnly(1).eval()]
 
 
-MODELS = [CopyingStub(needed={1}), CopyingStub(needed={0}, partial={1})]  # two models with different tables
-
-
-def check_table(answer, models=MODELS):
+def check_patched(answer, models=MODELS):
     return check("11.2", answer, quiet=True, models=models, probe=PROBE)
 
 
-def copy_losses(model, masks):
-    """What a learner measures with the notebook's probe(): (first-copy loss, second-copy loss)."""
-    n = PROBE.shape[1] // 2
-    logits = model(PROBE, head_masks=masks)
-    loss = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), PROBE[:, 1:], reduction="none")
-    return loss[:, : n - 1].mean().item(), loss[:, n:].mean().item()
+def patched(m, ids, layer, head, pattern, *, every_head=False, causal=True, scale=True, as_scores=False,
+            swap=False):
+    """The right answer, and (with a flag) the mistakes learners make."""
+    if swap:
+        layer, head = head, layer
+    B, T = ids.shape
+    x = m.tok_emb(ids) + m.pos_emb.weight[:T]
+    for i, (norm, attn) in enumerate(zip(m.norms, m.attns)):
+        z = norm(x)
+        q, k, v = (attn.split_heads(lin(z)) for lin in (attn.w_q, attn.w_k, attn.w_v))
+        scores = q @ k.transpose(-2, -1) / (math.sqrt(attn.d_k) if scale else 1.0)
+        which = slice(None) if every_head else head
+        if i == layer and as_scores:
+            scores = scores.clone()
+            scores[:, which] = pattern
+        if causal:
+            scores = scores.masked_fill(~causal_mask(T), float("-inf"))
+        w = scores.softmax(-1)
+        if i == layer and not as_scores:
+            w = w.clone()
+            w[:, which] = pattern
+        x = x + attn.w_o(attn.merge_heads(w @ v))
+    return m.head(m.norm(x))
 
 
-def one_off(model, layer, head):
-    masks = [torch.ones(a.num_heads) for a in model.attns]
-    masks[layer][head] = 0.0
-    return masks
+def patched_weights(m, ids):
+    """Layer 0, head 0's own weights (B, T, T), taken from attnlib's attention."""
+    z = m.norms[0](m.tok_emb(ids) + m.pos_emb.weight[: ids.shape[1]])
+    return m.attns[0](z, z, z, causal=True)[1][:, 0]
 
 
-def right_table(model):
-    table = {}
-    for layer, attn in enumerate(model.attns):
-        for h in range(attn.num_heads):
-            first, second = copy_losses(model, one_off(model, layer, h))
-            table[(layer, h)] = first - second
-    return table
+def test_11_2_the_stand_in_model_is_what_the_right_answer_computes():
+    ids = PROBE[:2]
+    with torch.no_grad():  # an all-zero pattern removes the head, as head_masks does; its own weights change nothing
+        zeroed = MODELS[0](ids, head_masks=[torch.tensor([0.0, 1.0]), torch.ones(1)])
+        assert torch.allclose(patched(MODELS[0], ids, 0, 0, torch.zeros(12, 12)), zeroed, atol=1e-5)
+        assert torch.allclose(patched(MODELS[0], ids, 0, 0, patched_weights(MODELS[0], ids)), MODELS[0](ids), atol=1e-5)
 
 
-def cumulative_table(model):  # one mask list, never reset: later entries have several heads zeroed
-    masks, table = [torch.ones(a.num_heads) for a in model.attns], {}
-    for layer, attn in enumerate(model.attns):
-        for h in range(attn.num_heads):
-            masks[layer][h] = 0.0
-            first, second = copy_losses(model, masks)
-            table[(layer, h)] = first - second
-    return table
+def test_11_2_accepts_the_right_function():
+    assert check_patched(patched)
 
 
-FROZEN = right_table(MODELS[0])  # a table measured once, on one model
+def test_11_2_accepts_a_pattern_written_per_sequence():
+    def per_sequence(m, ids, layer, head, pattern):
+        return patched(m, ids, layer, head, pattern.expand(ids.shape[0], -1, -1))
+    assert check_patched(per_sequence)
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (cumulative_table, "with that head alone zeroed"),
-    (lambda m: {k: -v for k, v in right_table(m).items()}, "sign is reversed"),
-    (lambda m: {k: copy_losses(m, one_off(m, *k))[1] for k in right_table(m)}, "second-copy loss alone"),
-    (lambda m: {k: v for k, v in right_table(m).items() if k[0] == 0}, "one entry per head of every layer"),
-    (lambda m: {i: v for i, v in enumerate(right_table(m).values())}, "(layer, head) pairs"),
-    (lambda m: FROZEN, "same table for two different models"),
-    (lambda m: list(right_table(m).values()), "expected a dict"),
-    (FROZEN, "a function"),
+    (lambda m, ids, layer, head, pattern: m(ids), "without the patch"),
+    (lambda *a: patched(*a, every_head=True), "every head of layer"),
+    (lambda *a: patched(*a, causal=False), "causal mask"),
+    (lambda *a: patched(*a, scale=False), "sqrt(d_k)"),
+    (lambda *a: patched(*a, as_scores=True), "not its scores"),
+    (lambda *a: patched(*a, swap=True), "instead of head"),
+    (lambda m, ids, layer, head, pattern: patched(m, ids, layer, head, pattern)[:, -1], "of shape"),
+    (lambda m, ids, layer, head, pattern: patched(m, ids, layer, head, pattern).tolist(), "as a tensor"),
+    (lambda m, ids, layer, head, pattern: patched(m, ids, layer, head, pattern) * 1.01, "differ from the model"),
+    (torch.zeros(4, 12, 8), "a function"),
 ])
 def test_11_2_rejects_typical_mistakes(wrong, says):
-    verdict = check_table(wrong)
+    verdict = check_patched(wrong)
     assert verdict.ok is False and says in verdict.message
 
 
-def test_11_2_accepts_the_right_table():
-    assert check_table(right_table)
+def test_11_2_never_prints_numbers_when_wrong():
+    verdict = check_patched(lambda m, ids, layer, head, pattern: patched(m, ids, layer, head, pattern) * 1.01)
+    assert verdict.ok is False and not re.findall(r"\d+\.\d+", verdict.message)
 
 
-def test_11_2_accepts_tensor_values_and_any_key_order():
-    assert check_table(lambda m: {k: torch.tensor(v) for k, v in reversed(list(right_table(m).items()))})
-
-
-def test_11_2_never_prints_a_measured_gap_when_wrong():
-    verdict = check_table(cumulative_table)
-    assert verdict.ok is False and set(re.findall(r"\d+\.\d+", verdict.message)) <= {"0.001"}
-
-
-def test_11_2_refuses_a_model_that_does_not_copy():
-    untrained = CopyingStub(needed=set())
-    untrained.forward = lambda ids, head_masks=None: torch.zeros(*ids.shape, 8)
-    verdict = check_table(right_table, models=[MODELS[0], untrained])
-    assert verdict.ok is False and "does not copy yet" in verdict.message
+def test_11_2_refuses_models_that_are_not_the_attention_only_model():
+    verdict = check_patched(patched, models=[MODELS[0], torch.nn.Linear(3, 3)])
+    assert verdict.ok is False and "not an attention-only model" in verdict.message
 
 
 def test_11_2_asks_for_the_models_when_they_are_missing():
-    assert check("11.2", right_table, quiet=True).ok is False
+    assert check("11.2", patched, quiet=True).ok is False
 
 
 def right_top_k(logits, k):

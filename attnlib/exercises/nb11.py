@@ -1,6 +1,8 @@
 """Checkers for notebook 11's exercises (a small GPT with a KV cache)."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from . import checker, require
@@ -31,68 +33,106 @@ def cached_mask(answer) -> tuple[bool, str]:
     return True, "new token i sits at position 5 + i and sees keys 0..5 + i"
 
 
-def _copy_losses(model, probe: torch.Tensor, ablate: tuple[int, int] | None = None) -> tuple[float, float]:
-    """Mean losses on the first and second copy of ``probe (B, 2n)`` (n distinct tokens, twice), with one head
-    zeroed: first = predicting tokens 1..n-1, second = predicting tokens n+1..2n-1."""
-    import torch.nn.functional as F
-    masks = [torch.ones(attn.num_heads) for attn in model.attns]
-    if ablate is not None:
-        masks[ablate[0]][ablate[1]] = 0.0
-    with torch.no_grad():
-        logits = model(probe, head_masks=masks)  # (B, 2n, V)
-    n = probe.shape[1] // 2
-    loss = F.cross_entropy(logits[:, :-1].transpose(1, 2), probe[:, 1:], reduction="none")  # (B, 2n - 1)
-    return loss[:, : n - 1].mean().item(), loss[:, n:].mean().item()
+def _patched_logits(model, ids: torch.Tensor, layer: int, head: int, pattern: torch.Tensor | None, *,
+                    every_head: bool = False, causal: bool = True, scale: bool = True,
+                    as_scores: bool = False) -> torch.Tensor:
+    """Notebook 11's attention-only model run by hand on ``ids (B, T)``, with the attention weights of head
+    ``head`` of layer ``layer`` replaced by ``pattern (T, T)`` (None: no change). Logits ``(B, T, V)``.
+
+    The keyword flags build the mistakes the checker recognises: the pattern given to every head of the layer,
+    the causal mask or the 1/sqrt(d_k) left out, the pattern put in place of the scores instead of the weights."""
+    from ..attention import causal_mask
+    B, T = ids.shape
+    x = model.tok_emb(ids) + model.pos_emb.weight[:T]  # (B, T, d)
+    allowed = causal_mask(T, device=ids.device)  # (T, T), True = may attend
+    for i, (norm, attn) in enumerate(zip(model.norms, model.attns)):
+        z = norm(x)
+        q, k, v = (attn.split_heads(lin(z)) for lin in (attn.w_q, attn.w_k, attn.w_v))  # (B, h, T, d_k)
+        scores = q @ k.transpose(-2, -1) / (math.sqrt(attn.d_k) if scale else 1.0)  # (B, h, T, T)
+        which = slice(None) if every_head else head
+        if i == layer and pattern is not None and as_scores:
+            scores = scores.clone()
+            scores[:, which] = pattern
+        if causal:
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        weights = scores.softmax(-1)
+        if i == layer and pattern is not None and not as_scores:
+            weights = weights.clone()
+            weights[:, which] = pattern
+        x = x + attn.w_o(attn.merge_heads(weights @ v))
+    return model.head(model.norm(x))  # (B, T, V)
+
+
+def _random_pattern(T: int, generator: torch.Generator) -> torch.Tensor:
+    """A (T, T) causal pattern: each row a random distribution over the keys up to its own position."""
+    scores = torch.randn(T, T, generator=generator)
+    return scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf")).softmax(-1)
 
 
 @checker("11.2")
-def ablation_table(answer, models=None, probe=None, tol: float = 1e-3) -> tuple[bool, str]:
-    """A function ``my_ablation(model) -> {(layer, head): gap}``: for every head of notebook 11's attention-only
-    model, the gap first-copy loss minus second-copy loss on ``probe`` with that head alone zeroed (head_masks).
-    Compared with the checker's own measurement on each of ``models`` (at least two, so that a table computed
-    once for one model, or typed in, does not pass)."""
+def patched_head(answer, models=None, probe=None) -> tuple[bool, str]:
+    """A function ``my_patched(m, ids, layer, head, pattern) -> logits (B, T, V)``: notebook 11's attention-only
+    model ``m`` run with the weights of head ``head`` of layer ``layer`` replaced by ``pattern (T, T)``, every
+    other head unchanged. Compared with the checker's own computation on every head of each of ``models`` (at
+    least two), with random causal patterns, on the first sequences of ``probe``."""
     if models is None or probe is None:
-        raise ValueError("call check('11.2', my_ablation, models=toy_models[:2], probe=PROBE)")
-    require(callable_problem(answer, "a function my_ablation(model)"))
-    tables = []
+        raise ValueError("call check('11.2', my_patched, models=toy_models[:2], probe=PROBE)")
+    require(callable_problem(answer, "a function my_patched(m, ids, layer, head, pattern)"))
+    ids = probe[:8]
+    T = ids.shape[1]
+    gen = torch.Generator().manual_seed(0)
     for i, model in enumerate(models):
-        first, second = _copy_losses(model, probe)
-        if first - second < 1.0:
-            return False, (f"model {i} does not copy yet (gap {first - second:.2f} nats with every head): "
-                           "pass the trained models of section 9")
-        got = answer(model)
-        if not isinstance(got, dict):
-            return False, f"expected a dict {{(layer, head): gap}}, got {type(got).__name__}"
+        parts = ("tok_emb", "pos_emb", "norms", "attns", "norm", "head")
+        if not all(hasattr(model, a) for a in parts):
+            return False, f"model {i} is not an attention-only model of section 9: pass toy_models[:2]"
+        with torch.no_grad():
+            plain = model(ids)
+            if not torch.allclose(_patched_logits(model, ids, 0, 0, None), plain, atol=1e-4, rtol=1e-4):
+                return False, f"model {i} does not compute what section 9's AttentionOnly does: pass toy_models[:2]"
         heads = [(layer, h) for layer, attn in enumerate(model.attns) for h in range(attn.num_heads)]
-        keys = list(got)
-        if not all(isinstance(k, tuple) and len(k) == 2 and all(isinstance(x, int) and not isinstance(x, bool)
-                                                                for x in k) for k in keys):
-            return False, f"the keys must be (layer, head) pairs of ints such as (0, 1), got {keys[:3]}"
-        if sorted(keys) != heads:
-            return False, (f"the table must have one entry per head of every layer, {len(heads)} in all "
-                           f"(the model has {[a.num_heads for a in model.attns]} heads per layer); yours has "
-                           f"{sorted(keys)}")
-        try:
-            values = {k: float(v) for k, v in got.items()}
-        except (TypeError, ValueError):
-            return False, "each value must be a number: the gap in nats per token"
-        truth = {k: _copy_losses(model, probe, k) for k in heads}  # (first, second) with head k zeroed
-        wrong = [k for k in heads if abs(values[k] - (truth[k][0] - truth[k][1])) > tol]
-        if wrong and tables and values == tables[0]:
-            return False, "your function gives the same table for two different models: measure the model it is given"
-        for k in wrong:
-            f, s = truth[k]
-            if abs(values[k] - (s - f)) <= tol:
-                return False, f"the sign is reversed at head {k}: the gap is first-copy loss minus second-copy loss"
-            if abs(values[k] - s) <= tol:
-                return False, f"at head {k} this is the second-copy loss alone; the gap subtracts it from the first-copy loss"
-            if abs(values[k] - f) <= tol:
-                return False, f"at head {k} this is the first-copy loss alone; the gap subtracts the second-copy loss from it"
-            return False, (f"model {i}, head {k}: your gap differs from the one measured with that head alone zeroed "
-                           f"(every other head kept at 1) by more than {tol} nats")
-        tables.append(values)
-    return True, (f"the gaps match on all {len(models)} models: for each head, how much copying survives "
-                  "when it alone is removed")
+        for layer, h in heads:
+            pattern = _random_pattern(T, gen)
+            with torch.no_grad():
+                got = answer(model, ids.clone(), layer, h, pattern.clone())
+                truth = _patched_logits(model, ids, layer, h, pattern)
+            if not isinstance(got, torch.Tensor):
+                return False, f"expected the logits as a tensor of shape (B, T, V), got {type(got).__name__}"
+            if got.shape != truth.shape:
+                return False, (f"expected logits of shape {tuple(truth.shape)} (B, T, V) for ids of shape "
+                               f"{tuple(ids.shape)}, got {tuple(got.shape)}")
+            size = truth.abs().max().clamp(min=1.0)
+
+            def same(other: torch.Tensor) -> bool:
+                return bool(((got - other).abs().max() / size) < 1e-4)
+
+            if same(truth):
+                continue
+            others = [(l2, h2) for l2, h2 in heads if (l2, h2) != (layer, h)]
+            with torch.no_grad():
+                mistakes = [
+                    (plain, f"at head ({layer}, {h}) your logits are those of the model without the patch: the "
+                            "pattern must replace that head's own attention weights"),
+                    (_patched_logits(model, ids, layer, h, pattern, every_head=True),
+                     f"you gave the pattern to every head of layer {layer}; only head {h} takes it, the other "
+                     "heads keep their own weights"),
+                    (_patched_logits(model, ids, layer, h, pattern, causal=False),
+                     "the heads that keep their own weights must still use the causal mask: without it they "
+                     "look at later tokens"),
+                    (_patched_logits(model, ids, layer, h, pattern, scale=False),
+                     "divide the scores by sqrt(d_k) before the softmax, as attnlib's MultiHeadAttention does"),
+                    (_patched_logits(model, ids, layer, h, pattern, as_scores=True),
+                     "the pattern replaces the head's attention weights (after the softmax), not its scores"),
+                ] + [(_patched_logits(model, ids, l2, h2, pattern),
+                      f"the pattern went into head ({l2}, {h2}) instead of head ({layer}, {h}): the arguments "
+                      "are (m, ids, layer, head, pattern)") for l2, h2 in others]
+            for other, message in mistakes:
+                if same(other):
+                    return False, message
+            return False, (f"model {i}, head ({layer}, {h}): your logits differ from the model run with that "
+                           "head's weights replaced by the pattern (embeddings, then x = x + attn(norm(x)) per "
+                           "layer, then the final norm and output layer)")
+    return True, (f"on all {len(models)} models, every head: the pattern replaces that head's weights and "
+                  "everything else is computed as in the model")
 
 
 @checker("11.3")
