@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlib import Decoder, Encoder, Seq2Seq, beam_search, greedy_decode, make_reversal, seed_everything
-from attnlib.exercises import check
-from attnlib.training import evaluate, train_seq2seq
+from attnlib import Decoder, Encoder, Seq2Seq, greedy_decode, make_reversal, seed_everything
+from attnlib.exercises import check, nb01
+from attnlib.training import train_seq2seq
 
 
 def right_clip(grads, max_norm):
@@ -61,10 +61,10 @@ def test_13_coefficients_match_the_model():  # the checker's truth is the count 
 
 
 @pytest.mark.parametrize("wrong, says", [
-    ((8, 8 * E + 8 + V, 2 * V * E + V), "two, b_ih and b_hh"),
+    ((8, 8 * E + 8 + V, 2 * V * E + V), "bias vectors"),
     ((8, 8 * E + 16 + V, V), "embedding"),
     ((8, 8 * E + 16, 2 * V * E), "output layer"),
-    ((4, 4 * E + 8 + V, 2 * V * E + V), "one LSTM each"),
+    ((4, 4 * E + 8 + V, 2 * V * E + V), "how many LSTMs"),
     ((8, 8 * E + V, 2 * V * E + V), "b is not"),
     ((8, 8 * E + 16 + V, 0), "constant c is not"),
     (right_count, "tuple (a, b, c)"),  # a copy of the numel count is not the answer
@@ -86,16 +86,7 @@ def test_13_ratio():
 
 
 @pytest.fixture(scope="module")
-def small_model():
-    train, data = make_reversal(460, 5, seed=0).split(400)
-    seed_everything(0)
-    model = Seq2Seq(Encoder(len(data.src_vocab), 8, 32), Decoder(len(data.tgt_vocab), 8, 32))
-    train_seq2seq(model, train, epochs=3, lr=1e-2, seed=0, progress=False)  # half-trained: the three numbers differ
-    return model.eval(), data
-
-
-@pytest.fixture(scope="module")
-def good_model():  # gets about 2/3 of its test sequences entirely right: exercise 4 needs some
+def good_model():  # gets about 2/3 of its test sequences entirely right: exercises 2 and 4 need both kinds
     train, data = make_reversal(1160, 5, seed=0).split(1000)
     seed_everything(0)
     model = Seq2Seq(Encoder(len(data.src_vocab), 16, 64), Decoder(len(data.tgt_vocab), 16, 64))
@@ -103,8 +94,9 @@ def good_model():  # gets about 2/3 of its test sequences entirely right: exerci
     return model.eval(), data
 
 
-def injected(model, data, position=2, read=None, only_right=True, offset=1):
-    """Written independently of the checker: the share of right sequences whose next digit goes wrong."""
+def later_wrong(model, data, position=1, first=None, only_right=True, offset=1, with_eos=False):
+    """Written independently of the checker: among the right sequences, the share with a wrong digit from position
+    ``first`` (default position + 2) on, after digit ``position`` of the decoder's input was changed."""
     T = data.tgt.shape[1]
     with torch.no_grad():
         out = greedy_decode(model, data.src, data.src_key_padding_mask, max_len=T)
@@ -114,60 +106,70 @@ def injected(model, data, position=2, read=None, only_right=True, offset=1):
         digit = fed[:, position] - 3  # the digits 0-9 have ids 3-12
         fed[:, position] = 3 + (digit + offset) % 10
         pred = model(data.src[keep], fed, data.src_key_padding_mask[keep]).argmax(-1)
-    read = position + 1 if read is None else read
-    return (pred[:, read] != data.tgt[keep][:, read]).float().mean().item()
+    first = position + 2 if first is None else first
+    last = T if with_eos else T - 1  # every target here is its digits, then <eos>
+    return (pred[:, first:last] != data.tgt[keep][:, first:last]).any(1).float().mean().item()
 
 
 def test_14_accepts(good_model):
     model, data = good_model
-    assert check("1.4", injected(model, data), quiet=True, model=model, data=data, position=2)
-    assert check("1.4", injected(model, data, position=1), quiet=True, model=model, data=data, position=1)
+    assert check("1.4", later_wrong(model, data), quiet=True, model=model, data=data, position=1)
+    assert check("1.4", later_wrong(model, data, position=0), quiet=True, model=model, data=data, position=0)
 
 
 def test_14_rejects(good_model):
     model, data = good_model
-    right = injected(model, data)
-    wrongs = [(injected(model, data, read=2), "you read digit 2"), (injected(model, data, read=4), "one digit too far"),
-              (injected(model, data, only_right=False), "every test sequence"), (1 - right, "comes out right"),
+    right = later_wrong(model, data)
+    wrongs = [(later_wrong(model, data, first=2), "you included digit 2"),
+              (nb01.injected_error_rate(model, data, 1, read=3), "digit 3 alone"),
+              (later_wrong(model, data, only_right=False), "every test sequence"), (1 - right, "every later digit right"),
+              (later_wrong(model, data, offset=0), "nothing was changed"),
               ("a lot", "expected a number"), (12.0, "between 0 and 1")]
     for wrong, says in wrongs:
         if isinstance(wrong, float) and 0 <= wrong <= 1:
             assert abs(wrong - right) > 1e-6, says  # the fixture tells the mistake from the answer
-        verdict = check("1.4", wrong, quiet=True, model=model, data=data, position=2)
+        verdict = check("1.4", wrong, quiet=True, model=model, data=data, position=1)
         assert verdict.ok is False and says in verdict.message, (wrong, verdict.message)
         assert f"{right:.3f}" not in verdict.message  # no answer shown
 
 
-def n_disagree(model, data, k, length_penalty=1.0):
+@torch.no_grad()
+def logprob(model, data, out):
+    """Written independently of the checker: the total log p of each row of ``out`` as the model's output."""
+    logits = model(data.src, out, data.src_key_padding_mask)
+    logp = logits.double().log_softmax(-1).gather(-1, out[..., None])[..., 0]
+    return (logp * (out != 0)).sum(1)  # <pad> (id 0) after <eos> does not count
+
+
+def search_errors(model, data, over_all=False, reverse=False, count=False):
+    """Among the sequences greedy decoding gets wrong, the share whose target the model finds more likely."""
     T = data.tgt.shape[1]
-    greedy = greedy_decode(model, data.src, data.src_key_padding_mask, max_len=T)
-    beam, _ = beam_search(model, data.src, data.src_key_padding_mask, beam_size=k, max_len=T, length_penalty=length_penalty)
-    width = max(greedy.shape[1], beam.shape[1])
-    pad = lambda x: torch.nn.functional.pad(x, (0, width - x.shape[1]))  # noqa: E731
-    return int((pad(greedy) != pad(beam)).any(1).sum())
+    out = greedy_decode(model, data.src, data.src_key_padding_mask, max_len=T)
+    out = torch.nn.functional.pad(out, (0, T - out.shape[1]))  # <pad> (id 0) after <eos>
+    wrong = (out != data.tgt).any(1)
+    lp_out, lp_gold = logprob(model, data, out), logprob(model, data, data.tgt)
+    hits = ((lp_out >= lp_gold if reverse else lp_gold > lp_out) & wrong).sum().item()
+    return hits if count else hits / (len(wrong) if over_all else wrong.sum().item())
 
 
-def test_12_beam_rejects_token_accuracy_and_missing_sizes(small_model):
-    model, data = small_model
-    scores = {k: evaluate(model, data, beam_size=k) for k in (1, 3, 10)}
-    right = {k: v["seq_acc"] for k, v in scores.items()}
-    tokens = {k: v["token_acc"] for k, v in scores.items()}
-    assert all(abs(right[k] - tokens[k]) > 1e-3 for k in right)
-    for wrong, says in ((tokens, "token accuracy"), ({1: right[1], 3: right[3]}, "beam sizes 1, 3 and 10"),
-                        ({1: right[10], 3: right[3], 10: right[1]} if right[1] != right[10] else {**right, 1: 2.0},
-                         "beam 1")):
-        verdict = check("1.2", wrong, quiet=True, model=model, data=data, differ=n_disagree(model, data, 3))
+def test_12_accepts(good_model):
+    model, data = good_model
+    right = search_errors(model, data)
+    assert 0 < right < 1  # the fixture has search errors and model errors
+    assert check("1.2", right, quiet=True, model=model, data=data)
+    assert check("1.2", torch.tensor(right), quiet=True, model=model, data=data)
+
+
+def test_12_rejects(good_model):
+    model, data = good_model
+    right = search_errors(model, data)
+    wrongs = [(search_errors(model, data, over_all=True), "every test sequence"),
+              (search_errors(model, data, reverse=True), "other side"),
+              (search_errors(model, data, count=True), "looks like a count"),
+              (right + 0.05, "is not the share"), ("many", "expected a number"), (-0.5, "between 0 and 1")]
+    for wrong, says in wrongs:
+        if isinstance(wrong, float) and 0 <= wrong <= 1:
+            assert abs(wrong - right) > 1e-6, says  # the fixture tells the mistake from the answer
+        verdict = check("1.2", wrong, quiet=True, model=model, data=data)
         assert verdict.ok is False and says in verdict.message, (wrong, verdict.message)
-
-
-def test_12_beam_accepts_and_checks_the_count(small_model):
-    model, data = small_model
-    right = {k: evaluate(model, data, beam_size=k)["seq_acc"] for k in (1, 3, 10)}
-    n3 = n_disagree(model, data, 3)
-    assert n3 > 0 and n_disagree(model, data, 1) == 0 and n_disagree(model, data, 10) != n3  # the fixture tells them apart
-    assert check("1.2", right, quiet=True, model=model, data=data, differ=n3)
-    assert check("1.2", right, quiet=True, model=model, data=data, differ=n_disagree(model, data, 3, 0.0))
-    for wrong, says in ((None, "count the inputs"), (0, "beam size 1"), (n_disagree(model, data, 10), "beam size 10"),
-                        (n3 + 1, "count of inputs"), ("many", "an int")):
-        verdict = check("1.2", right, quiet=True, model=model, data=data, differ=wrong)
-        assert verdict.ok is False and says in verdict.message, (wrong, verdict.message)
+        assert f"{right:.3f}" not in verdict.message  # no answer shown

@@ -1,4 +1,4 @@
-"""Checkers for notebook 01's exercises (the seq2seq bottleneck: clipping, beam search, parameter counts, one injected error)."""
+"""Checkers for notebook 01's exercises (the seq2seq bottleneck: clipping, search errors, parameter counts, one injected error)."""
 from __future__ import annotations
 
 import torch
@@ -86,13 +86,13 @@ def parameter_formula(answer, vocab_size: int, emb: int, ratio=None) -> tuple[bo
     A, B, C = _coefficients(vocab_size, emb)
     if (a, b, c) != (A, B, C):
         if (a, b, c) == (A, B - 2 * 4, C):
-            return False, "the b coefficient is short by one bias per LSTM: PyTorch's LSTM has two, b_ih and b_hh"
+            return False, "a and c are right, but b is not: look again at the bias vectors of each LSTM"
         if (a, b, c) == (A, B, C - 2 * vocab_size * emb):
             return False, "the constant c misses the two embedding tables (vocab_size x emb each)"
         if (a, b, c) == (A, B - vocab_size, C - vocab_size):
             return False, "you forgot the decoder's output layer (hidden -> vocab_size, with bias)"
         if a == A / 2:
-            return False, "a is half of what it should be: the encoder and the decoder have one LSTM each"
+            return False, "the H^2 coefficient a is too small: how many LSTMs does the model have?"
         if a != A:
             return False, "the H^2 coefficient a is not right: count the hidden-to-hidden weights of the LSTMs"
         if b != B:
@@ -112,54 +112,67 @@ def parameter_formula(answer, vocab_size: int, emb: int, ratio=None) -> tuple[bo
     return False, "the coefficients are right, but the ratio is not what they give for 256 against 128"
 
 
-@checker("1.2")
-def beam_sequence_accuracies(answer, model, data, differ=None) -> tuple[bool, str]:
-    """``answer``: dict beam size (1, 3, 10) -> free-running whole-sequence accuracy of ``model`` on ``data``;
-    ``differ``: on how many inputs of ``data`` beam size 1's output differs from greedy_decode's."""
-    from attnlib.decoding import beam_search, greedy_decode
-    from attnlib.training import evaluate
+def _sequence_logprob(model, src, src_key_padding_mask, out) -> torch.Tensor:
+    """(B,): the total log-probability ``model`` gives to each row of ``out`` (B, T) as its output, up to and including
+    ``<eos>``; ``<pad>`` after it does not count."""
+    logp = torch.log_softmax(model(src, out, src_key_padding_mask).double(), -1).gather(-1, out[..., None])[..., 0]
+    return (logp * (out != model.pad_id)).sum(1)
 
-    if not isinstance(answer, dict) or set(answer) != {1, 3, 10}:
-        got = sorted(answer, key=str) if isinstance(answer, dict) else type(answer).__name__
-        return False, f"expected a dict with the beam sizes 1, 3 and 10 as keys, got {got}"
-    scores = {k: evaluate(model, data, beam_size=k) for k in (1, 3, 10)}
-    for k in (1, 3, 10):
-        got, problem = _number(answer[k], f"beam {k}: expected a number")
-        require(problem)
-        if abs(got - scores[k]["seq_acc"]) < 1e-9:
-            continue
-        if abs(got - scores[k]["token_acc"]) < 1e-9:
-            return False, f"beam {k}: that is the token accuracy; the exercise asks for whole-sequence accuracy (seq_acc)"
-        return False, f"beam {k}: {got:.4f} is not the sequence accuracy of this model on this test set"
-    if differ is None:
-        return False, "the accuracies are right; now count the inputs where beam size 3 and greedy_decode disagree (n_differ)"
-    differ, problem = _number(differ, "n_differ should be a count (an int)", int)
-    require(problem)
+
+def search_error_shares(model, data) -> dict[str, float]:
+    """Among the test sequences greedy decoding gets wrong, the share whose gold target the model finds more likely
+    (a higher total log p) than greedy's output: ``"right"``. Two usual slips: ``"all"`` (divided by every test
+    sequence) and ``"reverse"`` (greedy's output at least as likely); ``"n_wrong"``: how many greedy gets wrong.
+    The shares are NaN when greedy decoding gets every sequence right."""
+    from attnlib.decoding import greedy_decode
+
     device = next(model.parameters()).device
-    src, real = data.src.to(device), data.src_key_padding_mask.to(device)
-    T = data.tgt.shape[1]
-
-    def n_disagree(beam_size: int, length_penalty: float = 1.0) -> int:
-        greedy = greedy_decode(model, src, real, max_len=T)
-        beam, _ = beam_search(model, src, real, beam_size=beam_size, max_len=T, length_penalty=length_penalty)
-        width = max(greedy.shape[1], beam.shape[1])
-        pad = lambda x: torch.nn.functional.pad(x, (0, width - x.shape[1]), value=model.pad_id)  # noqa: E731
-        return int((pad(greedy) != pad(beam)).any(1).sum())
-
-    if differ in (n_disagree(3), n_disagree(3, 0.0)):  # with or without length normalisation: both are beam size 3
-        return True, "the three accuracies and the count of inputs where beam size 3 and greedy decoding disagree are right"
-    if differ == n_disagree(1):
-        return False, "that is the count for beam size 1; the exercise asks where beam size 3 and greedy disagree"
-    if differ == n_disagree(10):
-        return False, "that is the count for beam size 10; the exercise asks where beam size 3 and greedy disagree"
-    return False, "the accuracies are right but the count of inputs where beam size 3 and greedy differ is not"
+    was_training = model.training
+    model.eval()
+    src, real, tgt = data.src.to(device), data.src_key_padding_mask.to(device), data.tgt.to(device)
+    T = tgt.shape[1]
+    with torch.no_grad():
+        out = greedy_decode(model, src, real, max_len=T)
+        out = torch.nn.functional.pad(out, (0, T - out.shape[1]), value=model.pad_id)  # (N, T)
+        wrong = (out != tgt).any(1)  # (N,)
+        lp_greedy, lp_gold = _sequence_logprob(model, src, real, out), _sequence_logprob(model, src, real, tgt)
+    model.train(was_training)
+    if not wrong.any():
+        return {"right": float("nan"), "all": float("nan"), "reverse": float("nan"), "n_wrong": 0}
+    return {"right": float((lp_gold > lp_greedy)[wrong].double().mean()),
+            "all": float(((lp_gold > lp_greedy) & wrong).double().mean()),
+            "reverse": float((lp_greedy >= lp_gold)[wrong].double().mean()), "n_wrong": int(wrong.sum())}
 
 
-def injected_error_rate(model, data, position: int, offset: int = 1, read: int | None = None,
-                        only_right: bool = True) -> float:
+@checker("1.2")
+def search_error_share(answer, model, data) -> tuple[bool, str]:
+    """``answer``: among the sequences of ``data`` that greedy decoding gets wrong, the share whose gold target has a
+    higher total log-probability under ``model`` than greedy's own output (a search error, not a model error)."""
+    got, problem = _number(answer, "expected a number (a share of the wrong sequences)")
+    require(problem)
+    shares = search_error_shares(model, data)
+    truth = shares["right"]
+    if truth != truth:  # nan: no wrong sequence to look at
+        return False, "greedy decoding gets every test sequence right with this model: nothing to measure"
+    if abs(got - truth) < 1e-6:
+        return True, (f"{truth:.3f} of the {shares['n_wrong']} sequences greedy gets wrong are search errors: "
+                      "the model prefers the right answer, greedy decoding did not find it")
+    if got > 1 and abs(got - round(got)) < 1e-9:
+        return False, "that looks like a count; the exercise asks for a share of the sequences greedy gets wrong"
+    if not 0.0 <= got <= 1.0:
+        return False, f"a share lies between 0 and 1, got {got}"
+    close = lambda key: abs(got - shares[key]) < 1e-6  # noqa: E731
+    if close("all"):
+        return False, "you divided by every test sequence; keep only those greedy decoding gets wrong"
+    if close("reverse"):
+        return False, "that is the share where greedy's output is at least as likely (model errors); the exercise asks for the other side"
+    return False, f"{got:.4f} is not the share of search errors among the sequences greedy decoding gets wrong"
+
+
+def _fed_a_wrong_digit(model, data, position: int, offset: int = 1, only_right: bool = True):
     """Among the test sequences greedy decoding gets entirely right (``only_right``), feed the gold target with
-    digit ``position`` replaced by (d + offset) mod 10: the share of them whose digit ``read`` (default
-    position + 1) comes out wrong."""
+    digit ``position`` replaced by (d + offset) mod 10 -> (the teacher-forced predictions, their gold targets),
+    each (n, T), and the (n, T) bool of which target positions hold a digit. None when no sequence is kept."""
     from attnlib.decoding import greedy_decode
 
     device = next(model.parameters()).device
@@ -176,35 +189,64 @@ def injected_error_rate(model, data, position: int, offset: int = 1, read: int |
         fed[:, position] = zero + (fed[:, position] - zero + offset) % 10
         pred = model(src[keep], fed.to(device), real[keep]).argmax(-1).cpu()
     model.train(was_training)
-    read = position + 1 if read is None else read
     if not keep.any():
+        return None
+    gold = tgt[keep]
+    return pred, gold, (gold >= zero) & (gold <= zero + 9)
+
+
+def injected_error_rate(model, data, position: int, offset: int = 1, read: int | None = None,
+                        only_right: bool = True) -> float:
+    """Among the test sequences greedy decoding gets entirely right (``only_right``), feed the gold target with
+    digit ``position`` replaced by (d + offset) mod 10: the share of them whose digit ``read`` (default
+    position + 1) comes out wrong."""
+    fed = _fed_a_wrong_digit(model, data, position, offset, only_right)
+    if fed is None:
         return float("nan")
-    return float((pred[:, read] != tgt[keep][:, read]).float().mean())
+    pred, gold, _ = fed
+    read = position + 1 if read is None else read
+    return float((pred[:, read] != gold[:, read]).float().mean())
+
+
+def later_damage_rate(model, data, position: int, offset: int = 1, first: int | None = None,
+                      only_right: bool = True) -> float:
+    """Like :func:`injected_error_rate`, but the share of sequences with at least one wrong digit from position
+    ``first`` (default position + 2: after the next digit) to the last digit (``<eos>`` not counted)."""
+    fed = _fed_a_wrong_digit(model, data, position, offset, only_right)
+    if fed is None:
+        return float("nan")
+    pred, gold, digit = fed
+    first = position + 2 if first is None else first
+    scored = digit.clone()
+    scored[:, :first] = False
+    return float(((pred != gold) & scored).any(1).float().mean())
 
 
 @checker("1.4")
 def injected_error(answer, model, data, position: int = 4) -> tuple[bool, str]:
-    """``answer``: among the sequences greedy decoding gets right, the share whose digit position+1 is wrong
-    when the decoder is fed the gold target with digit ``position`` replaced by (d + 1) mod 10 (a float)."""
+    """``answer``: among the sequences greedy decoding gets right, the share with at least one wrong digit after
+    digit position+1 (from position+2 to the last digit) when the decoder is fed the gold target with digit
+    ``position`` replaced by (d + 1) mod 10 (a float)."""
     got, problem = _number(answer, "expected a number (a share of sequences)")
     require(problem)
     if not 0.0 <= got <= 1.0:
         return False, f"a share lies between 0 and 1, got {got}"
-    truth = injected_error_rate(model, data, position)
+    truth = later_damage_rate(model, data, position)
     if truth != truth:  # nan: no sequence to measure on
         return False, "greedy decoding gets no test sequence entirely right with this model: nothing to measure"
     if abs(got - truth) < 1e-6:
-        return True, f"{truth:.3f} of the right sequences get digit {position + 1} wrong after one wrong input digit"
+        return True, (f"{truth:.3f} of the right sequences have a wrong digit after digit {position + 1}, "
+                      f"although every input after digit {position} is gold")
     close = lambda x: abs(got - x) < 1e-6  # noqa: E731
-    if close(injected_error_rate(model, data, position, read=position)):
-        return False, (f"you read digit {position}, the one whose input you changed is the one before: logits[:, t] "
-                       f"reads tgt[:, t - 1], so the changed digit is first read at position {position + 1}")
+    if close(later_damage_rate(model, data, position, first=position + 1)):
+        return False, (f"you included digit {position + 1}, the first one to read the changed input; the exercise "
+                       f"asks about the digits after it, from {position + 2} on")
     if close(injected_error_rate(model, data, position, read=position + 2)):
-        return False, f"you read one digit too far: the changed input is read at position {position + 1}"
-    if close(injected_error_rate(model, data, position, only_right=False)):
+        return False, f"you read digit {position + 2} alone; count a sequence if ANY digit from {position + 2} on is wrong"
+    if close(later_damage_rate(model, data, position, only_right=False)):
         return False, "you used every test sequence; the exercise keeps only those greedy decoding gets entirely right"
     if close(1 - truth):
-        return False, "that is the share that comes out right; the exercise asks for the share that is wrong"
-    if close(injected_error_rate(model, data, position, offset=0)):
+        return False, "that is the share with every later digit right; the exercise asks for the share with some wrong"
+    if close(later_damage_rate(model, data, position, offset=0)):
         return False, "nothing was changed: replace digit d by (d + 1) mod 10 in the decoder's input"
-    return False, f"{got:.4f} is not the share of wrong digits {position + 1} after the changed input"
+    return False, f"{got:.4f} is not the share of right sequences with a wrong digit after digit {position + 1}"
