@@ -19,6 +19,7 @@ RIGHT_TGT_IN = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 9, 2, 0], [1, 3, 4, 5, 6]])
     (TGT[:, :-1], "one too short"),
     (torch.cat([torch.full((3, 1), 2), TGT[:, :-1]], 1), "must start with <bos>"),
     ("1 5 6 7 2", "TypeError"),
+    (RIGHT_TGT_IN.float(), "integers"),  # the right values, but not ids an embedding can look up
 ])
 def test_10_1_rejects_typical_mistakes(wrong, says):
     verdict = check("10.1", wrong, quiet=True, tgt=TGT)
@@ -37,7 +38,8 @@ REAL = SRC != 0
 
 @pytest.mark.parametrize("wrong, says", [
     (~REAL[:, None, None, :], "polarity is inverted"),
-    (REAL, "read as (Lq, Lk)"),
+    (REAL, "this is the key_padding_mask"),  # right values, the 2-D form: not what the exercise asks for
+    (REAL.T, "read as (Lq, Lk)"),
     (REAL[:, None, :, None], "query axis"),
     (REAL[:, None, None, :].float(), "dtype"),
     (torch.ones(2, 1, 1, 4, dtype=torch.bool), "sequence 1 has 2 real tokens"),
@@ -122,7 +124,7 @@ def test_10_3_accepts_a_cached_decoder(model_and_batch):
     (lambda m, s, r, n: greedy_decode(m, s, r, max_len=n), "recomputes the prefix"),
     (lambda m, s, r, n: cached_greedy(m, s, r, n, cross_once=False), "once per layer, before the loop"),
     (lambda m, s, r, n: cached_greedy(m, s, r, n, positions=False), "differs from greedy decoding"),
-    (lambda m, s, r, n: cached_greedy(m, s, r, n, pad_mask=False), "must not read the source's pads"),
+    (lambda m, s, r, n: cached_greedy(m, s, r, n, pad_mask=False), "cross-attention reads the source's pads"),
     (lambda m, s, r, n: cached_greedy(m, s, r, n).tolist(), "expected ids of shape"),
     (lambda m, s, r, n: cached_greedy(m, s, r, n, use_kvcache=False), "recomputes the prefix's keys and values"),
     (lambda m, s, r, n: cached_greedy(m, s, r, n, values_once=False), "values were projected from the memory"),
@@ -133,3 +135,20 @@ def test_10_3_rejects_typical_mistakes(model_and_batch, wrong, says):
     model, src, real = model_and_batch
     verdict = check("10.3", wrong, quiet=True, model=model, src=src, src_key_padding_mask=real, max_len=8)
     assert verdict.ok is False and says in verdict.message, verdict.message
+
+
+def test_10_3_blames_the_pads_only_when_they_are_the_mistake(model_and_batch):
+    """Every row padded, as in the notebook (63 of its 64 dates): a wrong position gets the position hint."""
+    model, src, _ = model_and_batch
+    src = src.clone()
+    src[:, 7:] = 0
+    real = src != 0
+    wrong = lambda m, s, r, n: cached_greedy(m, s, r, n, positions=False)
+    verdict = check("10.3", wrong, quiet=True, model=model, src=src, src_key_padding_mask=real, max_len=8)
+    assert verdict.ok is False and "position" in verdict.message and "pads" not in verdict.message, verdict.message
+    both = lambda m, s, r, n: cached_greedy(m, s, r, n, positions=False, pad_mask=False)
+    verdict = check("10.3", both, quiet=True, model=model, src=src, src_key_padding_mask=real, max_len=8)
+    assert verdict.ok is False and "pads" not in verdict.message, verdict.message
+    pads = lambda m, s, r, n: cached_greedy(m, s, r, n, pad_mask=False)
+    verdict = check("10.3", pads, quiet=True, model=model, src=src, src_key_padding_mask=real, max_len=8)
+    assert verdict.ok is False and "reads the source's pads" in verdict.message, verdict.message

@@ -19,6 +19,9 @@ def _ids(answer, name: str) -> torch.Tensor:
 def decoder_input(answer, tgt: torch.Tensor, bos_id: int = 1) -> tuple[bool, str]:
     """The decoder input for teacher forcing: ``<bos>`` then ``tgt[:, :-1]``, shape ``(B, Lt)``."""
     answer = _ids(answer, "tgt_in")
+    if answer.is_floating_point() or answer.is_complex() or answer.dtype == torch.bool:
+        return False, (f"the ids have dtype {answer.dtype}: token ids are integers (torch.long, like tgt), which the "
+                       "embedding layer looks up")
     right = torch.cat([tgt.new_full((tgt.shape[0], 1), bos_id), tgt[:, :-1]], dim=1)
     if answer.shape != right.shape:
         if answer.shape == (tgt.shape[0], tgt.shape[1] + 1):
@@ -43,7 +46,9 @@ def decoder_input(answer, tgt: torch.Tensor, bos_id: int = 1) -> tuple[bool, str
 
 @checker("10.2")
 def memory_mask(answer, src: torch.Tensor, pad_id: int = 0, num_heads: int = 4, tgt_len: int = 11) -> tuple[bool, str]:
-    """The cross-attention mask for a padded batch ``src (B, Ls)``: ``(B, 1, 1, Ls)`` bool, True at real tokens."""
+    """The source padding as a 4-D attention mask for ``F.scaled_dot_product_attention`` (exercise 3's
+    cross-attention): ``(B, 1, 1, Ls)`` bool, True at real tokens. attnlib's layers take the same information as a
+    ``key_padding_mask (B, Ls)``; a 2-D ``mask`` would mean ``(Lq, Lk)``, hence the 4-D form here."""
     if not isinstance(answer, torch.Tensor):
         return False, f"expected a bool torch.Tensor, got {type(answer).__name__}"
     B, Ls = src.shape
@@ -51,6 +56,10 @@ def memory_mask(answer, src: torch.Tensor, pad_id: int = 0, num_heads: int = 4, 
     if answer.dtype != torch.bool:
         return False, f"expected dtype torch.bool (True = may attend), got {answer.dtype}"
     if answer.dim() == 2:
+        if answer.shape == (B, Ls) and torch.equal(answer, real):
+            return False, (f"this is the key_padding_mask {tuple(answer.shape)}, the form attnlib's layers take; "
+                           "F.scaled_dot_product_attention reads a 2-D mask as (Lq, Lk), one row per query, so give "
+                           "it the axes that make it broadcast over the heads and the target positions")
         return False, (f"a 2-D mask {tuple(answer.shape)} is read as (Lq, Lk), one row per query, not one row per "
                        "sequence: add the missing axes so that it broadcasts over the heads and the target positions")
     if answer.dim() != 4:
@@ -70,6 +79,30 @@ def memory_mask(answer, src: torch.Tensor, pad_id: int = 0, num_heads: int = 4, 
         return False, (f"sequence {b} has {int(real[b].sum())} real tokens, but your mask lets it attend to "
                        f"{answer[b].reshape(-1, answer.shape[-1])[0].nonzero().flatten().tolist()}")
     return True, "every target position may look at every real source token, and at no pad"
+
+
+def _greedy_reading_pads(model, src, src_key_padding_mask, max_len):
+    """Greedy decoding whose encoder masks the source's pads but whose cross-attention reads them (the usual slip)."""
+    state = model.encode(src, src_key_padding_mask)._replace(src_key_padding_mask=None)
+    token = torch.full((src.shape[0],), model.bos_id, dtype=torch.long)
+    done, ids = torch.zeros(src.shape[0], dtype=torch.bool), []
+    for _ in range(max_len):
+        logits, state, _ = model.decode_step(token, state, need_weights=False)
+        token = logits.argmax(-1)
+        ids.append(token.masked_fill(done, model.pad_id))
+        done |= token == model.eos_id
+        if bool(done.all()):
+            break
+    return torch.stack(ids, 1)
+
+
+def _matches(ids: torch.Tensor, reference: torch.Tensor, eos: int) -> bool:
+    """Every row of ``ids`` equals ``reference``'s row up to and including its ``<eos>``."""
+    for got, want in zip(ids.tolist(), reference.tolist()):
+        want = want[: want.index(eos) + 1] if eos in want else want
+        if got[: len(want)] != want:
+            return False
+    return True
 
 
 @checker("10.3")
@@ -119,14 +152,18 @@ def cached_greedy(answer, model, src: torch.Tensor, src_key_padding_mask: torch.
     with torch.no_grad():
         right = greedy_decode(model, src, src_key_padding_mask, max_len=max_len)  # (B, T')
     eos, pad = model.eos_id, model.pad_id
+    padded = src_key_padding_mask is not None and not bool(src_key_padding_mask.all())
     for b in range(src.shape[0]):
         want = right[b].tolist()
         want = want[: want.index(eos) + 1] if eos in want else want
         got = ids[b].tolist()[: len(want)]
         if got != want:
             t = next((i for i, (x, y) in enumerate(zip(got, want)) if x != y), len(got))
-            hint = (" (is this row padded? the cross-attention must not read the source's pads)"
-                    if src_key_padding_mask is not None and not bool(src_key_padding_mask[b].all()) else
+            with torch.no_grad():
+                reads_pads = padded and _matches(ids, _greedy_reading_pads(model, src, src_key_padding_mask,
+                                                                           max_len), eos)
+            hint = (" (your ids are those of a decoder whose cross-attention reads the source's pads: mask them "
+                    "there too)" if reads_pads else
                     " (the new token's position: position t's encoding, not position 0's; and the causal "
                     "self-attention over the cached tokens)")
             return False, f"row {b} differs from greedy decoding at step {t}{hint}"
