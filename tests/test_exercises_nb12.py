@@ -48,6 +48,23 @@ def merge_unnormalised(m1, l1, acc1, m2, l2, acc2):
     return acc1 * torch.exp(m1 - safe) + acc2 * torch.exp(m2 - safe)
 
 
+def merge_first_as_reference(m1, l1, acc1, m2, l2, acc2):  # unstable: exp(m2 - m1) overflows when m2 >> m1
+    safe = torch.where(m1 == float("-inf"), m2, m1)
+    safe = torch.where(safe == float("-inf"), 0.0, safe)
+    a1, a2 = torch.exp(m1 - safe), torch.exp(m2 - safe)
+    l = l1 * a1 + l2 * a2
+    return (acc1 * a1 + acc2 * a2) / torch.where(l == 0, 1.0, l)
+
+
+def merge_smaller_maximum(m1, l1, acc1, m2, l2, acc2):  # unstable: the smaller maximum as the reference
+    both = torch.minimum(m1, m2)
+    safe = torch.where(both == float("-inf"), torch.maximum(m1, m2), both)
+    safe = torch.where(safe == float("-inf"), 0.0, safe)
+    a1, a2 = torch.exp(m1 - safe), torch.exp(m2 - safe)
+    l = l1 * a1 + l2 * a2
+    return (acc1 * a1 + acc2 * a2) / torch.where(l == 0, 1.0, l)
+
+
 def test_12_1_accepts_the_merge():
     assert check("12.1", merge_right, quiet=True)
     assert check("12.1", merge_normalised_first, quiet=True)
@@ -59,6 +76,8 @@ def test_12_1_accepts_the_merge():
     (merge_nan, "give zeros there"),
     (merge_empty_row_nan, "give zeros there"),
     (merge_unnormalised, "differs from attention over all twelve keys"),
+    (merge_first_as_reference, "overflows"),
+    (merge_smaller_maximum, "overflows"),
     (lambda m1, l1, acc1, m2, l2, acc2: (m1, l1), "expected the attention output"),
     (42, "expected a function"),
 ])
