@@ -82,6 +82,7 @@ def test_62_accepts():
         return torch.einsum("bts,bsd->btd", w, v), w
 
     assert check("6.2", with_library, quiet=True)
+    assert check("6.2", lambda q, k, v, s: right_distance(q.double(), k.double(), v.double(), s), quiet=True)  # float64
 
 
 def gap(block, x, perm, alpha, *, shuffle_pe=False, unshuffle=True, relative=True):
@@ -119,6 +120,7 @@ def bisect(tol=1e-4, keep="hi", flip=False, **kw):
     (lambda b, x, p, t: t, "aiming for"),
     (lambda b, x, p, t: gap(b, x, p, t), "relative gap is"),  # the gap at alpha = target
     (lambda b, x, p, t: "0.2", "a number"),
+    (lambda b, x, p, t: bisect(tol=1e-7)(b, x, p, t) + 0.0019, "to within alpha"),  # 0.0019 off
     (bisect()(None, None, None, None) if False else 0.3, "function"),
 ])
 def test_63_rejects(wrong, says):
