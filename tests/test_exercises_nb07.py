@@ -19,11 +19,39 @@ def right_params(d, h, d_ff):
     (lambda d, h, f: right_params(d, h, f) - 4 * d, "short by 4·d_model"),
     (lambda d, h, f: right_params(d, h, f) - 8 * d, "short by 8·d_model"),
     (lambda d, h, f: right_params(d, h, f) + (h - 1) * 4 * (d * d + d), "share"),
-    (lambda d, h, f: right_params(d, h, f) - f - d, "feed-forward"),
+    (lambda d, h, f: right_params(d, h, f) + h, "does not change with num_heads"),
+    (lambda d, h, f: right_params(d, h, f) - f - d, "feed-forward layers have biases"),
+    (lambda d, h, f: right_params(d, h, f) - f, "grows with d_ff"),
+    (lambda d, h, f: right_params(d, h, f) + d * d, "d_model alone"),
 ])
 def test_71_rejects(wrong, says):
     verdict = check("7.1", wrong, quiet=True)
-    assert verdict.ok is False and says in verdict.message
+    assert verdict.ok is False and says in verdict.message, verdict.message
+    for size in ((64, 4, 128), (16384, 16, 65536)):        # the message never gives the count away
+        assert f"{right_params(*size):,}" not in verdict.message and str(right_params(*size)) not in verdict.message
+
+
+def test_71_rejects_counting_by_building():
+    """Building the block and summing numel is not a formula: the check asks for a block too large to build, and
+    stops the answer at its first tensor (no memory is taken)."""
+    def by_numel(d, h, f):
+        return sum(p.numel() for p in attnlib.TransformerBlock(d, h, f).parameters())
+
+    verdict = check("7.1", by_numel, quiet=True)
+    assert verdict.ok is False and "too large to build" in verdict.message, verdict.message
+
+
+def test_71_rejects_a_table_of_the_small_sizes():
+    table = {size: right_params(*size) for size in ((64, 4, 128), (48, 6, 200), (768, 12, 3072))}
+    verdict = check("7.1", lambda d, h, f: table.get((d, h, f), 0), quiet=True)
+    assert verdict.ok is False and "d_model=16384" in verdict.message, verdict.message
+
+
+def test_71_formula_is_numel():
+    from attnlib.exercises.nb07 import _block_params
+
+    for size in ((64, 4, 128), (48, 6, 200), (32, 1, 7), (768, 12, 3072)):
+        assert _block_params(*size) == sum(p.numel() for p in attnlib.TransformerBlock(*size).parameters())
 
 
 def test_71_accepts():

@@ -4,32 +4,75 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from . import checker, require
 from .nb00 import callable_problem, tensor_problem
 
 
+#: A block too large to build here (about 3.2 billion parameters, 13 GB of float32): only a formula can count it.
+TOO_LARGE_TO_BUILD = (16384, 16, 65536)
+
+
+def _block_params(d: int, h: int, d_ff: int) -> int:
+    """The parameters of ``attnlib.TransformerBlock(d, h, d_ff)``; the test file checks it against ``numel``."""
+    attention = 4 * (d * d + d)                 # W_q, W_k, W_v, W_o with their biases, shared by the heads
+    feed_forward = (d * d_ff + d_ff) + (d_ff * d + d)
+    layer_norms = 2 * 2 * d                     # gamma and beta of two LayerNorms
+    return attention + feed_forward + layer_norms
+
+
+class _BuildsTensors(Exception):
+    """Raised when the answer creates a tensor while it should only compute with numbers."""
+
+
+class _NoTensors(TorchFunctionMode):
+    """Inside this context any torch function (``torch.empty`` building a layer, too) raises _BuildsTensors,
+    before any memory is taken."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        raise _BuildsTensors(getattr(func, "__name__", str(func)))
+
+
+def _wrong_part(answer, d: int, h: int, d_ff: int) -> str:
+    """Which part of the count is off at (d, h, d_ff), without giving the count itself."""
+    got = answer(d, h, d_ff)
+    right = _block_params(d, h, d_ff)
+    if got == right - 4 * d:
+        return ("short by 4·d_model: count both the biases of the four attention projections "
+                "and the gamma and beta of the two LayerNorms")
+    if got == right - 8 * d:
+        return "short by 8·d_model: the attention biases and the two LayerNorms (gamma, beta) are missing"
+    if got == right - (d_ff + d):
+        return "the feed-forward layers have biases (d_ff and d_model)"
+    if answer(d, 1, d_ff) != got:
+        return "the heads share the four d_model x d_model projections; the count does not change with num_heads"
+    if answer(d, h, d_ff + 1) - got != 2 * d + 1:
+        return ("the part that grows with d_ff is off: count the weights and the biases of both feed-forward "
+                "layers")
+    return ("the part that depends on d_model alone is off: count the four attention projections (a weight "
+            "and a bias each) and the two LayerNorms (gamma and beta each)")
+
+
 @checker("7.1")
 def block_params_fn(answer) -> tuple[bool, str]:
-    """``answer(d_model, num_heads, d_ff) -> int``: the parameters of attnlib.TransformerBlock."""
+    """``answer(d_model, num_heads, d_ff) -> int``: the parameters of attnlib.TransformerBlock, as a formula."""
     from attnlib.transformer import TransformerBlock
 
     require(callable_problem(answer, "a function block_params(d_model, num_heads, d_ff)"))
     for d, h, d_ff in ((64, 4, 128), (48, 6, 200), (768, 12, 3072)):
         counted = sum(p.numel() for p in TransformerBlock(d, h, d_ff).parameters())
-        got = answer(d, h, d_ff)
-        if got == counted:
-            continue
-        if got == counted - 4 * d:
-            return False, ("short by 4·d_model: count both the biases of the four attention projections "
-                           "and the gamma and beta of the two LayerNorms")
-        if got == counted - 8 * d:
-            return False, "short by 8·d_model: the attention biases and the two LayerNorms (gamma, beta) are missing"
-        if got == counted - (d_ff + d):
-            return False, "the feed-forward layers have biases (d_ff and d_model)"
-        if got - counted == (h - 1) * 4 * (d * d + d):
-            return False, "the heads share the four d_model x d_model projections; the count does not grow with num_heads"
-        return False, f"d_model={d}, heads={h}, d_ff={d_ff}: your formula gives {got:,}, numel counts {counted:,}"
+        if answer(d, h, d_ff) != counted:
+            return False, f"d_model={d}, heads={h}, d_ff={d_ff}: your count is off; " + _wrong_part(answer, d, h, d_ff)
+    d, h, d_ff = TOO_LARGE_TO_BUILD
+    try:
+        with _NoTensors():
+            got = answer(d, h, d_ff)
+    except _BuildsTensors:
+        return False, (f"your function builds tensors (a block?); count from the sizes alone: the check also asks "
+                       f"for d_model={d}, d_ff={d_ff}, a block too large to build here")
+    if got != _block_params(d, h, d_ff):
+        return False, f"d_model={d}, heads={h}, d_ff={d_ff}: your count is off; " + _wrong_part(answer, d, h, d_ff)
     return True, "4(d²+d) + 2·d·d_ff + d_ff + d + 4d, the same for any number of heads"
 
 
