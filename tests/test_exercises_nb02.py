@@ -8,46 +8,72 @@ from attnlib.exercises import check
 from attnlib.exercises.nb02 import _FakeDates
 
 
-def right_weights(att, query, keys, mask):
+def right_weights(att, query, keys, key_padding_mask):
     scores = att.v(torch.tanh(att.W_s(query)[:, None, :] + att.W_h(keys))).squeeze(-1)  # (B, L)
-    return scores.masked_fill(~mask, float("-inf")).softmax(-1)
+    return scores.masked_fill(~key_padding_mask, float("-inf")).softmax(-1)
 
 
-def right_all_steps(att, queries, keys, mask):
+def right_all_steps(att, queries, keys, key_padding_mask):
     hidden = torch.tanh(att.W_s(queries)[:, :, None] + att.W_h(keys)[:, None])
-    return att.v(hidden).squeeze(-1).masked_fill(~mask[:, None], float("-inf")).softmax(-1)
+    return att.v(hidden).squeeze(-1).masked_fill(~key_padding_mask[:, None], float("-inf")).softmax(-1)
 
 
-def keys_once_module(att, queries, keys, mask):  # the module, with the keys projected once
-    proj = att.project_keys(keys)
-    return torch.stack([att(queries[:, t], keys, mask, keys_proj=proj)[1] for t in range(queries.shape[1])], 1)
-
-
-def keys_once_layers(att, queries, keys, mask):  # the layers, with the keys projected once
-    proj = att.W_h(keys)
+def steps_from(att, queries, keys_proj, key_padding_mask):  # every step's weights from projected keys, one step at a time
     steps = []
     for t in range(queries.shape[1]):
-        scores = att.v(torch.tanh(att.W_s(queries[:, t])[:, None] + proj)).squeeze(-1)
-        steps.append(scores.masked_fill(~mask, float("-inf")).softmax(-1))
+        scores = att.v(torch.tanh(att.W_s(queries[:, t])[:, None] + keys_proj)).squeeze(-1)
+        steps.append(scores.masked_fill(~key_padding_mask, float("-inf")).softmax(-1))
     return torch.stack(steps, 1)
 
 
-def module_each_step(att, queries, keys, mask):  # calls att itself at every step: W_h runs T times
-    return torch.stack([att(queries[:, t], keys, mask)[1] for t in range(queries.shape[1])], 1)
+def keys_once_layers(att, queries, keys, key_padding_mask):  # the layers, with the keys projected once
+    return steps_from(att, queries, att.W_h(keys), key_padding_mask)
 
 
-def layers_each_step(att, queries, keys, mask):  # a loop over the steps, W_h each time
-    return torch.stack([right_weights(att, queries[:, t], keys, mask) for t in range(queries.shape[1])], 1)
+def keys_once_project_keys(att, queries, keys, key_padding_mask):  # the module's own helper, once
+    return steps_from(att, queries, att.project_keys(keys), key_padding_mask)
+
+
+def keys_once_by_hand(att, queries, keys, key_padding_mask):  # the keys projected once with the weight and bias
+    return steps_from(att, queries, keys @ att.W_h.weight.T + att.W_h.bias, key_padding_mask)
+
+
+def keys_once_flat(att, queries, keys, key_padding_mask):  # once, on the keys flattened to (B * L, Dk)
+    B, L, Dk = keys.shape
+    return steps_from(att, queries, att.W_h(keys.reshape(B * L, Dk)).reshape(B, L, -1), key_padding_mask)
+
+
+def module_keys_once(att, queries, keys, key_padding_mask):  # the module, with the keys projected once
+    proj = att.project_keys(keys)
+    return torch.stack([att(queries[:, t], keys, key_padding_mask, keys_proj=proj)[1]
+                        for t in range(queries.shape[1])], 1)
+
+
+def module_each_step(att, queries, keys, key_padding_mask):  # calls att itself at every step: W_h runs T times
+    return torch.stack([att(queries[:, t], keys, key_padding_mask)[1] for t in range(queries.shape[1])], 1)
+
+
+def layers_each_step(att, queries, keys, key_padding_mask):  # a loop over the steps, W_h each time
+    return torch.stack([right_weights(att, queries[:, t], keys, key_padding_mask) for t in range(queries.shape[1])], 1)
+
+
+def by_hand_each_step(att, queries, keys, key_padding_mask):  # the weight taken once, but the keys projected every step
+    W, b = att.W_h.weight.T, att.W_h.bias
+    steps = [steps_from(att, queries[:, t:t + 1], keys @ W + b, key_padding_mask) for t in range(queries.shape[1])]
+    return torch.cat(steps, 1)
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (module_each_step, "att.W_h ran 4 times"),
-    (layers_each_step, "att.W_h ran 4 times"),
-    (lambda att, q, k, m: keys_once_module(att, q, k, m).transpose(1, 2), "(B, L, T)"),
-    (lambda att, q, k, m: keys_once_module(att, q, k, torch.ones_like(m)), "masked keys"),  # the mask left out
-    (lambda att, q, k, m: keys_once_module(att, q[:, :1].expand_as(q), k, m), "first step"),
-    (lambda att, q, k, m: keys_once_module(att, q, k, m).transpose(0, 1), "shape"),
-    (lambda att, q, k, m: right_weights(att, q[:, 0], k, m), "shape"),
+    (module_each_step, "calls att itself"),
+    (module_keys_once, "calls att itself"),
+    (layers_each_step, "projected 4 times"),
+    (by_hand_each_step, "projected 4 times"),
+    (lambda att, q, k, kpm: keys_once_layers(att, q, k, kpm).transpose(1, 2), "(B, L, T)"),
+    (lambda att, q, k, kpm: keys_once_layers(att, q, k, torch.ones_like(kpm)), "masked keys"),  # the mask left out
+    (lambda att, q, k, kpm: keys_once_layers(att, q[:, :1].expand_as(q), k, kpm), "first step"),
+    (lambda att, q, k, kpm: keys_once_layers(att, q, k, kpm).transpose(0, 1), "shape"),
+    (lambda att, q, k, kpm: right_weights(att, q[:, 0], k, kpm), "shape"),
+    (lambda att, q, k, kpm: steps_from(att, q, k @ att.W_h.weight.T, kpm), "differ"),  # the bias left out
     (3, "function"),
 ])
 def test_21_rejects(wrong, says):
@@ -55,29 +81,35 @@ def test_21_rejects(wrong, says):
     assert verdict.ok is False and says in verdict.message, verdict.message
 
 
-@pytest.mark.parametrize("right", [keys_once_module, keys_once_layers, right_all_steps])
+@pytest.mark.parametrize("right", [keys_once_layers, keys_once_project_keys, keys_once_by_hand, keys_once_flat,
+                                   right_all_steps])
 def test_21_accepts(right):
-    assert check("2.1", right, quiet=True)
+    verdict = check("2.1", right, quiet=True)
+    assert verdict, verdict.message
 
 
 @pytest.mark.parametrize("wrong, says", [
     (module_each_step, "calls att itself"),
-    (lambda att, q, k, m: att(q[:, 0], k, m)[1][:, None].expand(-1, q.shape[1], -1), "calls att itself"),
+    (lambda att, q, k, kpm: att(q[:, 0], k, kpm)[1][:, None].expand(-1, q.shape[1], -1), "calls att itself"),
     (layers_each_step, "no loop over the steps"),
     (keys_once_layers, "no loop over the steps"),
-    (lambda att, q, k, m: torch.stack([att.v(torch.tanh(att.W_s(q)[:, t, None] + att.W_h(k))).squeeze(-1)
-                                       .masked_fill(~m, float("-inf")).softmax(-1) for t in range(q.shape[1])], 1),
+    (lambda att, q, k, kpm: torch.stack([att.v(torch.tanh(att.W_s(q)[:, t, None] + att.W_h(k))).squeeze(-1)
+                                         .masked_fill(~kpm, float("-inf")).softmax(-1) for t in range(q.shape[1])], 1),
      "no loop over the steps"),
-    (lambda att, q, k, m: right_all_steps(att, q, k, m).transpose(1, 2), "(B, L, T)"),
-    (lambda att, q, k, m: att.v(torch.tanh(att.W_s(q)[:, :, None] + att.W_h(k)[:, None])).squeeze(-1)
-     .masked_fill(~m[:, None], float("-inf")).softmax(1), "over the steps"),
-    (lambda att, q, k, m: att.v(torch.tanh(att.W_s(q)[:, :, None] + att.W_h(k)[:, None])).squeeze(-1).softmax(-1),
+    (lambda att, q, k, kpm: right_all_steps(att, q, k, kpm).transpose(1, 2), "(B, L, T)"),
+    (lambda att, q, k, kpm: att.v(torch.tanh(att.W_s(q)[:, :, None] + att.W_h(k)[:, None])).squeeze(-1)
+     .masked_fill(~kpm[:, None], float("-inf")).softmax(1), "over the steps"),
+    (lambda att, q, k, kpm: att.v(torch.tanh(att.W_s(q)[:, :, None] + att.W_h(k)[:, None])).squeeze(-1).softmax(-1),
      "masked keys"),
-    (lambda att, q, k, m: right_all_steps(att, q[:, :1].expand_as(q), k, m), "first step"),
-    (lambda att, q, k, m: att.v(att.W_s(q)[:, :, None] + att.W_h(k)[:, None]).squeeze(-1)
-     .masked_fill(~m[:, None], float("-inf")).softmax(-1), "tanh"),
-    (lambda att, q, k, m: right_weights(att, q[:, 0], k, m), "shape"),
-    (lambda att, q, k, m: att.W_s(q) + att.W_h(k), "size-1 axis"),
+    (lambda att, q, k, kpm: right_all_steps(att, q[:, :1].expand_as(q), k, kpm), "first step"),
+    (lambda att, q, k, kpm: att.v(att.W_s(q)[:, :, None] + att.W_h(k)[:, None]).squeeze(-1)
+     .masked_fill(~kpm[:, None], float("-inf")).softmax(-1), "tanh"),
+    (lambda att, q, k, kpm: right_weights(att, q[:, 0], k, kpm), "shape"),
+    (lambda att, q, k, kpm: att.W_s(q) + att.W_h(k), "size-1 axis"),
+    # each query projected once per key: one call of att.W_s, but on B * T * L vectors
+    (lambda att, q, k, kpm: att.v(torch.tanh(att.W_s(q[:, :, None].expand(-1, -1, k.shape[1], -1))
+                                             + att.W_h(k)[:, None])).squeeze(-1)
+     .masked_fill(~kpm[:, None], float("-inf")).softmax(-1), "not the B * T = 12 queries"),
     (3, "function"),
 ])
 def test_22_rejects(wrong, says):
@@ -85,10 +117,28 @@ def test_22_rejects(wrong, says):
     assert verdict.ok is False and says in verdict.message, verdict.message
 
 
-def test_22_accepts():
-    assert check("2.2", right_all_steps, quiet=True)
-    assert check("2.2", lambda att, q, k, m: att.v(torch.tanh(att.W_s(q).unsqueeze(2) + att.W_h(k).unsqueeze(1)))
-                 .squeeze(-1).masked_fill(~m.unsqueeze(1), float("-inf")).softmax(dim=-1), quiet=True)
+def queries_4d(att, queries, keys, key_padding_mask):  # the step axis made before W_s: its input is (B, T, 1, Dq)
+    hidden = torch.tanh(att.W_s(queries[:, :, None, :]) + att.W_h(keys)[:, None])
+    return att.v(hidden).squeeze(-1).masked_fill(~key_padding_mask[:, None], float("-inf")).softmax(-1)
+
+
+def queries_flat(att, queries, keys, key_padding_mask):  # W_s on the queries flattened to (B * T, Dq)
+    B, T, Dq = queries.shape
+    query_part = att.W_s(queries.reshape(B * T, Dq)).reshape(B, T, 1, -1)
+    hidden = torch.tanh(query_part + att.W_h(keys)[:, None])
+    return att.v(hidden).squeeze(-1).masked_fill(~key_padding_mask[:, None], float("-inf")).softmax(-1)
+
+
+@pytest.mark.parametrize("right", [
+    right_all_steps,
+    queries_4d,
+    queries_flat,
+    lambda att, q, k, kpm: att.v(torch.tanh(att.W_s(q).unsqueeze(2) + att.W_h(k).unsqueeze(1)))
+    .squeeze(-1).masked_fill(~kpm.unsqueeze(1), float("-inf")).softmax(dim=-1),
+])
+def test_22_accepts(right):
+    verdict = check("2.2", right, quiet=True)
+    assert verdict, verdict.message
 
 
 # Five test dates: three in format 1 (dd.mm.yy, the tens digit of the year at input 6), two written out.

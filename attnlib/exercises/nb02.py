@@ -4,6 +4,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
 
 from . import checker, require
 from .nb00 import callable_problem, tensor_problem
@@ -11,15 +13,15 @@ from .nb00 import callable_problem, tensor_problem
 
 def _additive_problem(seed: int, query_shape: tuple[int, ...]):
     """An ``AdditiveAttention(6, 10, attn_dim=5)``, queries ``(*query_shape, 6)``, keys ``(3, 7, 10)`` and a
-    ``(3, 7)`` padding mask whose rows keep 7, 4 and 2 keys."""
+    ``(3, 7)`` key_padding_mask whose rows keep 7, 4 and 2 keys."""
     from attnlib.rnn_attention import AdditiveAttention
 
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     att = AdditiveAttention(6, 10, attn_dim=5)
     queries, keys = torch.randn(*query_shape, 6, generator=g), torch.randn(3, 7, 10, generator=g)
-    mask = torch.arange(7) < torch.tensor([7, 4, 2])[:, None]  # (3, 7) True = a real key
-    return att, queries, keys, mask
+    key_padding_mask = torch.arange(7) < torch.tensor([7, 4, 2])[:, None]  # (3, 7) True = a real key
+    return att, queries, keys, key_padding_mask
 
 
 class _ModuleCalled(Exception):
@@ -27,15 +29,19 @@ class _ModuleCalled(Exception):
 
 
 @contextmanager
-def _watch(att, forbid_module: bool):
-    """Count the calls of att.W_s, att.W_h and att.v (with their inputs' ranks); optionally forbid calling att."""
+def _watch(att):
+    """Record, for every call of att.W_s, att.W_h and att.v, how many vectors its input holds (its size over the
+    last axis, whatever its rank); calling att itself raises _ModuleCalled."""
     calls = {"W_s": [], "W_h": [], "v": []}
-    handles = [getattr(att, name).register_forward_pre_hook(lambda m, args, name=name: calls[name].append(args[0].dim()))
-               for name in calls]
-    if forbid_module:
-        def refuse(module, args):
-            raise _ModuleCalled
-        handles.append(att.register_forward_pre_hook(refuse))
+
+    def record(name):
+        return lambda module, args: calls[name].append(args[0].numel() // max(args[0].shape[-1], 1))
+
+    def refuse(module, args):
+        raise _ModuleCalled
+
+    handles = [getattr(att, name).register_forward_pre_hook(record(name)) for name in calls]
+    handles.append(att.register_forward_pre_hook(refuse))
     try:
         yield calls
     finally:
@@ -43,24 +49,56 @@ def _watch(att, forbid_module: bool):
             h.remove()
 
 
-def _reference(att, queries, keys, mask):
+class _KeyProjections(TorchFunctionMode):
+    """Counts the torch operations that combine the keys with att.W_h's weight: one per projection of the keys,
+    however it is written (att.W_h(keys), att.project_keys(keys), keys @ att.W_h.weight.T + att.W_h.bias, an
+    einsum, ...). Views of the keys and of the weight made inside the answer (a transpose, a reshape) count as
+    the keys and the weight themselves."""
+
+    def __init__(self, weight: torch.Tensor, keys: torch.Tensor):
+        super().__init__()
+        self.weight_ids, self.key_ids = {id(weight)}, {id(keys)}
+        self.kept = [weight, keys]  # held, so that no other tensor can take one of these ids during the check
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        tensors = [x for x in tree_flatten((args, kwargs or {}))[0] if isinstance(x, torch.Tensor)]
+        of_weight = [id(x) in self.weight_ids for x in tensors]
+        of_keys = [id(x) in self.key_ids for x in tensors]
+        if any(of_weight) and any(of_keys):
+            self.count += 1                      # a projection of the keys
+        elif tensors and all(of_weight):
+            self._follow(out, self.weight_ids)   # e.g. att.W_h.weight.T
+        elif tensors and all(of_keys):
+            self._follow(out, self.key_ids)      # e.g. keys.reshape(B * L, Dk)
+        return out
+
+    def _follow(self, out, ids: set[int]) -> None:
+        for x in tree_flatten(out)[0]:
+            if isinstance(x, torch.Tensor):
+                ids.add(id(x))
+                self.kept.append(x)
+
+
+def _reference(att, queries, keys, key_padding_mask):
     """Every step's weights ``(B, T, L)`` from the module itself, one step at a time."""
     with torch.no_grad():
-        return torch.stack([att(queries[:, t], keys, mask)[1] for t in range(queries.shape[1])], 1)
+        return torch.stack([att(queries[:, t], keys, key_padding_mask)[1] for t in range(queries.shape[1])], 1)
 
 
 _SIZES = (3, 4, 7)  # B, T, L of exercises 2.1 and 2.2
 
 
 def _steps_problem(answer, name: str, seed: int):
-    """Exercises 2.1 and 2.2: check that ``answer`` is a function, then ``(att, queries (B, T, 6), keys, mask,
-    every step's reference weights (B, T, L))``."""
-    require(callable_problem(answer, f"a function {name}(att, queries, keys, mask)"))
-    att, queries, keys, mask = _additive_problem(seed=seed, query_shape=_SIZES[:2])
-    return att, queries, keys, mask, _reference(att, queries, keys, mask)
+    """Exercises 2.1 and 2.2: check that ``answer`` is a function, then ``(att, queries (B, T, 6), keys,
+    key_padding_mask, every step's reference weights (B, T, L))``."""
+    require(callable_problem(answer, f"a function {name}(att, queries, keys, key_padding_mask)"))
+    att, queries, keys, key_padding_mask = _additive_problem(seed=seed, query_shape=_SIZES[:2])
+    return att, queries, keys, key_padding_mask, _reference(att, queries, keys, key_padding_mask)
 
 
-def _weights_problem(got, right, mask, B: int, T: int, L: int) -> str | None:
+def _weights_problem(got, right, key_padding_mask, B: int, T: int, L: int) -> str | None:
     """What is wrong with weights ``got`` (B, T, L) against ``right``, or None."""
     if isinstance(got, torch.Tensor) and tuple(got.shape) == (B, L, T):
         return "your weights are (B, L, T); the steps come second and the keys last: (B, T, L)"
@@ -69,61 +107,71 @@ def _weights_problem(got, right, mask, B: int, T: int, L: int) -> str | None:
         return problem
     got = got.detach()
     over_steps = got.nan_to_num(0.0).sum(1)  # (B, L): 1 at every real key if the softmax ran over the steps
-    if torch.allclose(over_steps[mask], torch.ones(int(mask.sum())), atol=1e-5):
+    if torch.allclose(over_steps[key_padding_mask], torch.ones(int(key_padding_mask.sum())), atol=1e-5):
         return "your softmax runs over the steps (dim 1); each step's weights are a distribution over the keys (the last axis)"
     if torch.isnan(got).any():
-        return "your weights contain NaN; fill masked scores with -inf only where the mask is False"
+        return "your weights contain NaN; fill masked scores with -inf only where key_padding_mask is False"
     if not torch.allclose(got.sum(-1), torch.ones(B, T), atol=1e-5):
         return "each step's weights must sum to 1 over the keys: a softmax over the last axis"
-    if (got.masked_select(~mask[:, None, :].expand(B, T, L)) > 1e-6).any():
-        return "masked keys (the padding) get weight: the mask has no step axis yet; give it one before masking the scores"
+    if (got.masked_select(~key_padding_mask[:, None, :].expand(B, T, L)) > 1e-6).any():
+        return ("masked keys (the padding) get weight: fill their scores with -inf where key_padding_mask is False, "
+                "before the softmax (the mask is (B, L): scores with a step axis need it to have one too)")
     if torch.allclose(got, right[:, :1].expand(B, T, L), atol=1e-5):
         return "every step got the first step's weights: use all T queries"
     return None
 
 
+_WRONG_SCORE = "score = v . tanh(W_s s_t + W_h h + b), then a masked softmax over the keys"
+
+
 @checker("2.1")
 def step_weights_keys_once(answer) -> tuple[bool, str]:
-    """``answer(att, queries (B, T, Dq), keys (B, L, Dk), mask (B, L)) -> weights (B, T, L)``, ``att.W_h`` run once."""
-    B, T, L, (att, queries, keys, mask, right) = *_SIZES, _steps_problem(answer, "step_weights", seed=0)
-    with torch.no_grad(), _watch(att, forbid_module=False) as calls:
-        got = answer(att, queries, keys, mask)
-    require(_weights_problem(got, right, mask, B, T, L))
+    """``answer(att, queries (B, T, Dq), keys (B, L, Dk), key_padding_mask (B, L)) -> weights (B, T, L)``, built
+    from att.W_s, att.W_h and att.v without calling att, with the keys projected once for all the steps."""
+    B, T, L, (att, queries, keys, key_padding_mask, right) = *_SIZES, _steps_problem(answer, "step_weights", seed=0)
+    with torch.no_grad(), _watch(att), _KeyProjections(att.W_h.weight, keys) as projections:
+        try:
+            got = answer(att, queries, keys, key_padding_mask)
+        except _ModuleCalled:
+            return False, ("your function calls att itself; build each step's scores from att.W_s, att.W_h and att.v, "
+                           "then a masked softmax")
+    require(_weights_problem(got, right, key_padding_mask, B, T, L))
     if not torch.allclose(got.detach(), right, atol=1e-5):
-        return False, "the weights differ from AdditiveAttention's step by step: each step t scores its own query against the keys"
-    if len(calls["W_h"]) > 1:
-        return False, (f"the weights are right, but att.W_h ran {len(calls['W_h'])} times: the keys' half does not change "
-                       "between steps, so project the keys once and give every step the projection")
-    if not calls["W_h"]:
-        return False, "the weights are right, but att.W_h never ran: project the keys with the module's own layer (once)"
-    return True, f"every step's weights equal AdditiveAttention's, and the keys were projected once for {T} steps"
+        return False, f"the weights differ from AdditiveAttention's step by step: {_WRONG_SCORE}"
+    if projections.count > 1:
+        return False, (f"the weights are right, but the keys were projected {projections.count} times (with att.W_h's "
+                       "weight): their half of the score does not change between steps, so project them once, before "
+                       "the steps, and give every step the projection")
+    return True, f"every step's weights equal AdditiveAttention's, with the keys projected once for {T} steps"
 
 
 @checker("2.2")
 def all_step_weights(answer) -> tuple[bool, str]:
-    """``answer(att, queries (B, T, Dq), keys (B, L, Dk), mask (B, L)) -> weights (B, T, L)``, all steps at once."""
-    B, T, L, (att, queries, keys, mask, right) = *_SIZES, _steps_problem(answer, "all_step_weights", seed=1)
-    with torch.no_grad(), _watch(att, forbid_module=True) as calls:
+    """``answer(att, queries (B, T, Dq), keys (B, L, Dk), key_padding_mask (B, L)) -> weights (B, T, L)``, all
+    steps at once: att.W_s, att.W_h and att.v each called once, att itself never."""
+    B, T, L, (att, queries, keys, key_padding_mask, right) = *_SIZES, _steps_problem(answer, "all_step_weights", seed=1)
+    with torch.no_grad(), _watch(att) as calls:
         try:
-            got = answer(att, queries, keys, mask)
+            got = answer(att, queries, keys, key_padding_mask)
         except _ModuleCalled:
             return False, "your function calls att itself (one step at a time); build the scores from att.W_s, att.W_h and att.v"
         except RuntimeError as err:
             return False, (f"your function raised {err.__class__.__name__}: {str(err).splitlines()[0]} (the queries and "
                            "the keys each need a size-1 axis where the other has its steps or its positions)")
-    require(_weights_problem(got, right, mask, B, T, L))
+    require(_weights_problem(got, right, key_padding_mask, B, T, L))
     if not torch.allclose(got.detach(), right, atol=1e-5):
         with torch.no_grad():
             no_tanh = att.v(att.W_s(queries)[:, :, None] + att.W_h(keys)[:, None]).squeeze(-1)
-        if torch.allclose(got, no_tanh.masked_fill(~mask[:, None], float("-inf")).softmax(-1), atol=1e-5):
-            return False, "the tanh is missing: score = v . tanh(W_s s + W_h h)"
-        return False, "the weights differ from AdditiveAttention's step by step: score = v . tanh(W_s s_t + W_h h), then a masked softmax over the keys"
-    counts = {name: len(ranks) for name, ranks in calls.items()}
+        if torch.allclose(got, no_tanh.masked_fill(~key_padding_mask[:, None], float("-inf")).softmax(-1), atol=1e-5):
+            return False, "the tanh is missing: score = v . tanh(W_s s + W_h h + b)"
+        return False, f"the weights differ from AdditiveAttention's step by step: {_WRONG_SCORE}"
+    counts = {name: len(sizes) for name, sizes in calls.items()}
     if counts != {"W_s": 1, "W_h": 1, "v": 1}:
         return False, (f"the weights are right, but the layers ran {counts['W_s']}, {counts['W_h']} and {counts['v']} times "
                        "(att.W_s, att.W_h, att.v): call each once, on all the steps together, with no loop over the steps")
-    if calls["W_s"][0] != 3:
-        return False, "the weights are right, but att.W_s did not see all the queries (B, T, Dq) in one call"
+    if calls["W_s"][0] != B * T:
+        return False, (f"the weights are right, but att.W_s's one call held {calls['W_s'][0]} vectors, not the "
+                       f"B * T = {B * T} queries: project each query once, then broadcast the result over the keys")
     return True, f"every step's weights equal AdditiveAttention's, each layer called once for all {T} steps"
 
 
