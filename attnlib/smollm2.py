@@ -217,7 +217,7 @@ def reference_model(path: str | Path | None = None):
     400 times). Both are pure functions of their arguments, so during this call each is computed once and
     remembered; what ``transformers`` builds from them is unchanged (a test compares every weight with a plain
     ``from_pretrained``). On a slow two-core machine the load fell from 26 s to 15 s. Its warnings (no network)
-    and its conversion bar (which ignores ``disable_progress_bar``) are silenced for the call.
+    and its progress bars (the conversion bar ignores ``disable_progress_bar``) are silenced for the call.
     """
     import functools
 
@@ -236,14 +236,18 @@ def reference_model(path: str | Path | None = None):
         return readers[key]
 
     saved = {"reader": gguf.GGUFReader, "names": gguf.get_tensor_name_map, "bar": gguf_loader.tqdm,
-             "verbosity": transformers.logging.get_verbosity()}
+             "verbosity": transformers.logging.get_verbosity(),
+             "bars": transformers.utils.logging.is_progress_bar_enabled()}
     gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(saved["names"])
     gguf_loader.tqdm = lambda items, **_: items
     transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()  # its "Loading weights" bar would be stored at 0 %
     try:
         model = LlamaForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32,
                                                  attn_implementation="eager")
     finally:
         gguf.GGUFReader, gguf.get_tensor_name_map, gguf_loader.tqdm = saved["reader"], saved["names"], saved["bar"]
         transformers.logging.set_verbosity(saved["verbosity"])
+        if saved["bars"]:
+            transformers.utils.logging.enable_progress_bar()
     return model.eval()

@@ -41,7 +41,12 @@ class Spread(NamedTuple):
 
 
 def _values(values: object, name: str) -> list[float]:
-    """The numbers of ``values`` as a list of floats; a ValueError unless 1-D, non-empty and finite."""
+    """The numbers of ``values`` as a list of floats; a ValueError unless 1-D, non-empty and finite.
+
+    A :class:`Spread` stands for its range: ``[low, high]`` (its mean lies between them, and ``n`` is a count, not a
+    value), so ``above(spread(a), spread(b))`` is ``above(a, b)``."""
+    if isinstance(values, Spread):
+        values = [values.low, values.high]
     array = to_numpy(values, name)
     if array.ndim != 1:
         raise ValueError(f"{name} must be one value per seed (1-D), got shape {tuple(array.shape)}")

@@ -216,7 +216,7 @@ def train_steps(model, make_batch: Callable, steps: int, lr: float = 2e-3, batch
                 leave: bool = True) -> History:
     """Train a model that makes one prediction per position, on a fresh batch at every step (AdamW, cross-entropy).
 
-    Built in notebook 05 (section 5) and used by notebooks 06, 07 (warm-up: section 6) and 12. At each step
+    Built in notebook 05 (section 5) and used by notebooks 06, 07 (warm-up: section 6), 11 and 12. At each step
     ``make_batch(batch_size, generator)`` returns ``(tokens, targets)`` or ``(tokens, targets, real)``;
     the model is called as ``model(tokens)``, with ``mask=mask`` when a mask is given (e.g. a causal
     ``(L, L)`` mask) and with ``key_padding_mask=real`` when the batch has one. The logits hold the same

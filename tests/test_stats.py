@@ -59,3 +59,12 @@ def test_hypothesis_apart_is_symmetric_and_means_no_value_of_one_reaches_the_oth
     assert verdict(a, b) == ("apart" if apart(a, b) else "within noise")
     s = spread(a)
     assert s.low <= s.mean + 1e-9 * max(1.0, abs(s.mean)) and s.mean <= s.high + 1e-9 * max(1.0, abs(s.mean))
+
+
+def test_a_spread_stands_for_its_range():
+    """A Spread passed to above/apart/verdict is read as its range (low, high), never as the tuple (mean, low, high, n):
+    the count n must not become a value."""
+    hi, lo = spread([10.0, 11.0, 12.0]), spread([0.0, 1.0, 2.0])
+    assert above(hi, lo) and apart(hi, lo) and apart(lo, hi) and verdict(hi, lo) == "apart"
+    assert above(hi, [0.0, 2.0]) and not above([0.5, 0.6], spread([0.1, 0.55]))
+    assert verdict(spread([0.1, 0.3]), spread([0.2, 0.4])) == "within noise"

@@ -1,25 +1,37 @@
 """Checkers for notebook 08: the guided tasks "which head does X?" (8.1 the answer head, 8.2 the head that changes
 least with the digits: every head that one input cannot tell from the best is accepted) and the three exercises at
-the end (8.3 an explorer of any input, 8.4 the answer head's hit rate, 8.5 where the invented century digits of a
-date look)."""
+the end (8.3 an explorer of the answer head's worst probe input, 8.4 the answer head's hit rate, 8.5 where the
+century rows of a two-digit-year date put their weight)."""
 from __future__ import annotations
 
 import numbers
+import operator
 from typing import Any
 
 import numpy as np
 import torch
 
-from . import checker, require
+from . import checker
+
+
+def _index(value: Any) -> int | None:
+    """``value`` as a Python int when it is an integer of any kind (int, numpy or 0-d torch integer), else None."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def _choice(answer: Any, scores: torch.Tensor) -> tuple[int, int]:
     """``(layer, head)`` from a pair or from an explorer (its ``.layer`` and ``.head``), checked against ``scores``."""
     if hasattr(answer, "layer") and hasattr(answer, "head"):
         answer = (answer.layer, answer.head)
-    if not (isinstance(answer, (tuple, list)) and len(answer) == 2 and all(isinstance(v, int) for v in answer)):
+    pair = [_index(v) for v in answer] if isinstance(answer, (tuple, list)) and len(answer) == 2 else [None]
+    if None in pair:
         raise ValueError(f"expected (layer, head) as two ints, e.g. (0, 2), or the explorer itself; got {answer!r}")
-    layer, head = answer
+    layer, head = pair
     n_layers, n_heads = scores.shape
     if not (0 <= layer < n_layers and 0 <= head < n_heads):
         raise ValueError(f"layer must be in [0, {n_layers - 1}] and head in [0, {n_heads - 1}], got ({layer}, {head})")
@@ -90,57 +102,68 @@ def digit_blind_head(answer: Any, *, W: torch.Tensor, probe: torch.Tensor) -> tu
 # Exercises 1-3 at the end of the notebook
 
 
-def _sorter_maps(sorter, digits: list[int]) -> torch.Tensor:
-    """The sorter's attention on ``digits``: ``(layers, heads, L, L)``."""
-    with torch.no_grad():
-        _, maps = sorter(torch.tensor([digits]), return_attention=True)
-    return torch.stack([m[0] for m in maps]).float()
+def _worst_inputs(W: torch.Tensor, probe: torch.Tensor) -> tuple[tuple[int, int], torch.Tensor]:
+    """The Task A head ``(layer, head)`` and ``(layers, heads)``: for every head, the probe input on which it puts
+    the least weight on the answer (averaged over the rows)."""
+    holds = (probe.sort(dim=1).values[:, :, None] == probe[:, None, :]).float()    # (N, query, key)
+    on_answer = (W * holds[:, None, None]).sum(-1).mean(-1)                       # (N, layers, heads)
+    best = divmod(int(on_answer.mean(0).argmax()), W.shape[2])
+    return best, on_answer
 
 
 @checker("8.3")
-def explore_any_input(answer: Any, *, sorter) -> tuple[bool, str]:
-    """Exercise 1: a function ``text -> AttentionExplorer`` of the sorter's attention on the digits of ``text``.
+def worst_input_explorer(answer: Any, *, W: torch.Tensor, probe: torch.Tensor) -> tuple[bool, str]:
+    """Exercise 1: an ``AttentionExplorer`` of the sorter's attention on the probe input where the Task A head puts
+    the least weight on the answer (its rows averaged): every layer and head, opened on the Task A head, keys
+    labelled ``digit@position``, queries labelled ``digit@position`` or by their output ``#i: d``.
 
-    The explorer must hold every layer and head (rows = queries) and label the tokens ``digit@position``.
-    """
+    ``W (N, layers, heads, L, L)``: the probe maps; ``probe (N, L)``: the probe digits."""
     from ..viz.widgets import AttentionExplorer, AttentionHeatmap
-    from .nb00 import callable_problem
 
-    require(callable_problem(answer, "a function my_explore(text) that returns an AttentionExplorer"))
-    texts = ("3141", "000111222999", "918273645009")
-    for text in texts:
-        digits = [int(c) for c in text]
-        out = answer(text)
-        if isinstance(out, AttentionHeatmap):
-            return False, "an AttentionHeatmap shows one map; return an AttentionExplorer, which shows every layer and head"
-        if not isinstance(out, AttentionExplorer):
-            return False, f"my_explore({text!r}) should return an AttentionExplorer, got {type(out).__name__}"
-        right = _sorter_maps(sorter, digits)                                   # (layers, heads, L, L)
-        got = torch.as_tensor(out.weights.copy())
-        n_layers, n_heads, L, _ = right.shape
-        if tuple(got.shape[:2]) != (n_layers, n_heads):
-            return False, (f"my_explore({text!r}) has {got.shape[0]} layer(s) x {got.shape[1]} heads; the sorter has "
-                           f"{n_layers} layers x {n_heads} heads: pass the maps of every layer")
-        if tuple(got.shape[2:]) != (L, L):
-            return False, (f"my_explore({text!r}) shows {got.shape[2]} x {got.shape[3]} maps, but {L} digits give "
-                           f"{L} x {L}: run the sorter on the digits of the text itself (not the π digits, no padding)")
-        if not torch.allclose(got, right, atol=1e-5):
-            if torch.allclose(got, right.transpose(-1, -2), atol=1e-5):
-                return False, "the maps are transposed: rows must be queries and columns keys, as the sorter returns them"
-            if torch.allclose(got, _sorter_maps(sorter, sorted(digits)), atol=1e-5):
-                return False, (f"these are the maps of the sorted digits of {text!r}; feed the sorter the digits in "
-                               f"the order of the text")
-            layer, head = divmod(int((got - right).abs().amax(dim=(2, 3)).argmax()), n_heads)
-            return False, (f"for {text!r}, layer {layer}, head {head} differs from the sorter's attention on those "
-                           f"digits by up to {(got - right).abs().max().item():.3f}: run the sorter on the text's "
-                           f"digits with return_attention=True and pass its maps unchanged")
-        labels = [f"{d}@{i}" for i, d in enumerate(digits)]
-        if list(out.query_tokens) != labels:
-            first = next(i for i, (a, b) in enumerate(zip(out.query_tokens, labels)) if a != b)
-            return False, (f"label the tokens digit@position as above: for {text!r} token {first} should be "
-                           f"{labels[first]!r}, yours is {out.query_tokens[first]!r}")
-    return True, (f"your explorer holds the sorter's {n_layers} layers x {n_heads} heads for {len(texts)} different "
-                  f"inputs, labelled digit@position")
+    if isinstance(answer, AttentionHeatmap):
+        return False, "an AttentionHeatmap shows one map; build an AttentionExplorer, which shows every layer and head"
+    if not isinstance(answer, AttentionExplorer):
+        return False, f"expected an AttentionExplorer, got {type(answer).__name__}"
+    W = W.float()
+    (layer, head), on_answer = _worst_inputs(W, probe)
+    n_layers, n_heads, L = W.shape[1], W.shape[2], W.shape[3]
+    got = torch.as_tensor(answer.weights.copy()).float()
+    if tuple(got.shape) != (n_layers, n_heads, L, L):
+        return False, (f"your explorer holds maps of shape {tuple(got.shape)}; the sorter's attention on one probe "
+                       f"input is ({n_layers}, {n_heads}, {L}, {L}): every layer and head of that one input")
+    task_a = "the Task A head (best_a)"
+    gap = (W - got).abs().amax(dim=(1, 2, 3, 4))                                  # (N,): how far from each input
+    if gap.min() > 1e-4:
+        return False, ("these maps are not the sorter's attention on any one probe input: take the maps of one "
+                       "input from W (or run the sorter on its digits) and pass them unchanged")
+    j = int(gap.argmin())
+    worst = on_answer.argmin(0)                                                   # (layers, heads)
+    if j != int(worst[layer, head]):
+        if j == int(on_answer[:, layer, head].argmax()):
+            return False, f"this is the input where {task_a} puts the MOST weight on the answer; find the least"
+        others = [(l, h) for l in range(n_layers) for h in range(n_heads) if int(worst[l, h]) == j]
+        if others:
+            return False, (f"this is the worst input of layer {others[0][0]}, head {others[0][1]}; use {task_a}, "
+                           f"the head with the highest average weight on the answer")
+        return False, (f"on this input {task_a} puts {on_answer[j, layer, head].item():.3f} on the answer; some "
+                       f"probe input gets less: average its rows' weight on the answer per input, take the argmin")
+    digits = probe[j].tolist()
+    keys = [f"{d}@{i}" for i, d in enumerate(digits)]
+    if list(answer.key_tokens) != keys:
+        first = next(i for i, (a, b) in enumerate(zip(answer.key_tokens, keys)) if a != b)
+        return False, (f"label the keys digit@position, the input's digits in their order: key {first} should be "
+                       f"{keys[first]!r}, yours is {answer.key_tokens[first]!r}")
+    outputs = [f"#{i}: {d}" for i, d in enumerate(sorted(digits))]
+    if list(answer.query_tokens) not in (keys, outputs):
+        first = next(i for i, (a, b, c) in enumerate(zip(answer.query_tokens, keys, outputs)) if a not in (b, c))
+        return False, (f"label the queries like the keys (digit@position) or by what they must output (#i: d): "
+                       f"query {first} should be {keys[first]!r} or {outputs[first]!r}, yours is "
+                       f"{answer.query_tokens[first]!r}")
+    if (answer.layer, answer.head) != (layer, head):
+        return False, (f"the right input and labels, but the explorer opens on layer {answer.layer}, head "
+                       f"{answer.head}: open it on {task_a} with its layer= and head= arguments")
+    return True, (f"the input on which {task_a} puts the least weight on the answer, every layer and head, opened "
+                  f"on that head")
 
 
 def _top_key_rates(W: torch.Tensor, holds: torch.Tensor) -> torch.Tensor:
@@ -208,68 +231,64 @@ def answer_head_hit_rate(answer: Any, *, W: torch.Tensor, probe: torch.Tensor) -
                    f"and look it up in holds_answer")
 
 
-def _pair(item: Any, p: int, n_keys: int) -> tuple[int, float] | str:
-    """``(position, weight)`` from one item of the answer, or a sentence saying what is wrong with it."""
-    import operator
+def _century_rows(dater, dates) -> torch.Tensor:
+    """The date model's weights ``(N, T, L)`` on ``dates`` (one format, no padding), greedy decoding."""
+    from ..decoding import greedy_decode
 
-    if not (isinstance(item, (tuple, list)) and len(item) == 2):
-        return f"item {p} should be a pair (input position, weight), got {item!r}"
-    j, w = item
-    if isinstance(j, str):
-        return f"give the input position of the character (an int from 0 to {n_keys - 1}), not the character {j!r}"
-    try:
-        j = operator.index(j)
-    except TypeError:
-        if isinstance(w, int) or (isinstance(w, torch.Tensor) and not w.is_floating_point()):
-            return "each pair is (input position, weight), in that order; yours looks swapped"
-        return f"the input position must be an int from 0 to {n_keys - 1}, got {j!r}"
-    try:
-        w = float(w)
-    except (TypeError, ValueError):
-        return f"the weight must be a number between 0 and 1, got {type(w).__name__}"
-    return j, w
+    with torch.no_grad():
+        _, w = greedy_decode(dater, dates.src, dates.src_key_padding_mask, max_len=dates.tgt.shape[1],
+                             return_attention=True)
+    return w.float()
 
 
 @checker("8.5")
-def invented_digits(answer: Any, *, dater, src_vocab, text: str) -> tuple[bool, str]:
-    """Exercise 3: for the first two output digits of ``text``, ``[(input position, weight), (input position, weight)]``
-    of the input character each reads most (its largest attention weight)."""
-    from ..decoding import greedy_decode
+def century_weights(answer: Any, *, dater, dates) -> tuple[bool, str]:
+    """Exercise 3: over ``dates`` (all written like ``27.11.31``), the average weight that the two century rows
+    (output positions 0 and 1) put on each input position: 9 numbers (the 8 characters, then ``<eos>``)."""
+    if any(len(text) != 8 for text in dates.src_raw):
+        raise ValueError("8.5 expects dates written like 27.11.31 only (attnlib.make_dates(..., formats=[1]))")
+    w = _century_rows(dater, dates)                                               # (N, T, 9)
+    n_keys = w.shape[-1]
+    right = w[:, :2].mean(dim=(0, 1))                                             # (9,)
+    if isinstance(answer, (str, bytes)):
+        return False, f"expected {n_keys} numbers, one per input position, got a string"
+    try:
+        got = torch.as_tensor(np.asarray(answer.detach().cpu() if isinstance(answer, torch.Tensor) else answer,
+                                         dtype=np.float64)).float()
+    except (TypeError, ValueError):
+        return False, f"expected {n_keys} numbers, one per input position, got {type(answer).__name__}"
+    if got.shape == (2, n_keys):
+        return False, "one row per century output: average over the two rows as well, to get one number per position"
+    if got.shape == (len(dates), n_keys) or got.shape == (len(dates), 2, n_keys):
+        return False, "one row per date: average over the dates as well"
+    if got.numel() == 1:
+        return False, f"one number: give one per input position, {n_keys} in all (the 8 characters, then <eos>)"
+    if got.shape != (n_keys,):
+        return False, (f"expected {n_keys} numbers, one per input position (the 8 characters, then <eos>), got shape "
+                       f"{tuple(got.shape)}")
 
-    src = torch.tensor([src_vocab.encode(text)])
-    with torch.no_grad():
-        _, w = greedy_decode(dater, src, return_attention=True)                    # (1, T, L)
-    w = w[0].float()                                                               # (T, L)
-    keys = list(text) + ["<eos>"]
-    if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
-        return False, ("expected a list of two pairs, [(input position, weight) for output 0, "
-                       "(input position, weight) for output 1]")
-    pairs = []
-    for p, item in enumerate(answer):
-        pair = _pair(item, p, len(keys))
-        if isinstance(pair, str):
-            return False, pair
-        pairs.append(pair)
-    right = [(int(w[p].argmax()), w[p].max().item()) for p in (0, 1)]
+    def near(x: torch.Tensor) -> bool:
+        return bool(torch.allclose(got, x, atol=1e-4))
 
-    def same(a: tuple[int, float], b: tuple[int, float]) -> bool:
-        return a[0] == b[0] and abs(a[1] - b[1]) < 1e-3
-
-    if all(same(a, b) for a, b in zip(pairs, right)):
-        said = "; ".join(f"output {p} reads {keys[j]!r} at input position {j} with weight {x:.3f}"
-                         for p, (j, x) in enumerate(right))
-        return True, said
-    if w.shape[0] > 2 and all(same(a, (int(w[p].argmax()), w[p].max().item())) for a, p in zip(pairs, (1, 2))):
+    if near(right):
+        even = 1 / n_keys
+        return True, (f"the century rows put {right[6]:.3f} on the tens digit of the year (position 6) and "
+                      f"{right[7]:.3f} on its units digit (position 7); even spreading gives {even:.3f}")
+    if near(w[:, 1:3].mean(dim=(0, 1))):
         return False, "these are outputs 1 and 2; row 0 of the weights is already the first output digit (no start token)"
-    for p, ((j, x), (rj, rx)) in enumerate(zip(pairs, right)):
-        if j == rj + 1:
-            return False, f"output {p}: one position too far? input positions count from 0 (the first character is 0)"
-        if j != rj:
-            return False, (f"output {p}: input position {j} is not the one it reads most: take the "
-                           f"argmax of its row of weights over the {len(keys)} input positions")
-        if not 0 <= x <= 1:
-            return False, f"output {p}: {x:g} is not an attention weight, which lies between 0 and 1"
-        if abs(x - rx) >= 1e-3:
-            return False, (f"output {p}: the position is right, but its weight is not {x:.3f}: give the weight of "
-                           f"that position, the largest of the row")
-    return False, "expected the position and weight of the most read input character of outputs 0 and 1"
+    for p in (0, 1):
+        if near(w[:, p].mean(0)):
+            return False, f"that is output {p} alone; average over both century rows, outputs 0 and 1"
+    if near(w[:, :2].sum(1).mean(0)):
+        return False, "your numbers sum to 2: you added the two rows; average them instead"
+    if near(torch.nn.functional.one_hot(w[:, :2].argmax(-1), n_keys).float().mean(dim=(0, 1))):
+        return False, ("that counts where each row's LARGEST weight sits (notebook 02's measure); average the "
+                       "weights themselves")
+    if near(w.mean(dim=(0, 1))):
+        return False, "that averages every output row; keep only the two century rows (outputs 0 and 1)"
+    if abs(got.sum().item() - 1) > 1e-3:
+        return False, (f"your numbers sum to {got.sum().item():.3f}; averages of attention rows sum to 1: average "
+                       f"the weights of outputs 0 and 1 over the dates")
+    j = int((got - right).abs().argmax())
+    return False, (f"at input position {j}, {got[j].item():.3f} is not the century rows' average weight: average "
+                   f"the weights of outputs 0 and 1 over all {len(dates)} dates")
