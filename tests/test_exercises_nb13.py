@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from attnlib.exercises import check
 from attnlib.gguf_io import unpermute_rope_rows
+from attnlib.layers import RMSNorm
 from attnlib.multihead import MultiHeadAttention
 from attnlib.smollm2 import SmolLM2Config
 
@@ -22,16 +23,62 @@ def rms_rsqrt(x, weight, eps):  # another right form
     return weight * (x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps))
 
 
-def rms_module(x, weight, eps):  # PyTorch's own module, used as the answer: right
+def rms_float64_inside(x, weight, eps):  # computed in float64, cast back: right
+    x64 = x.double()
+    return (x64 / torch.sqrt(x64.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+
+
+@pytest.mark.parametrize("answer", [rms_right, rms_rsqrt, rms_float64_inside])
+def test_13_1_accepts_rmsnorm(answer):
+    assert check("13.1", answer, quiet=True)
+
+
+def rms_module(x, weight, eps):  # PyTorch's own module: the exercise rules it out
     norm = torch.nn.RMSNorm(x.shape[-1], eps=eps)
     with torch.no_grad():
         norm.weight.copy_(weight)
         return norm(x)
 
 
-@pytest.mark.parametrize("answer", [rms_right, rms_rsqrt, rms_module])
-def test_13_1_accepts_rmsnorm(answer):
-    assert check("13.1", answer, quiet=True)
+def rms_attnlib(x, weight, eps):  # attnlib's module: ruled out as well
+    norm = RMSNorm(x.shape[-1], eps=eps)
+    with torch.no_grad():
+        norm.weight.copy_(weight)
+        return norm(x)
+
+
+def rms_helper(x, weight, eps):  # the forbidden call one function deeper is found too
+    def inner(t):
+        return F.rms_norm(t, t.shape[-1:], weight, eps)
+    return inner(x)
+
+
+@pytest.mark.parametrize("answer, name", [
+    (rms_module, "nn.RMSNorm"),
+    (lambda x, w, eps: F.rms_norm(x, x.shape[-1:], w, eps), "F.rms_norm"),
+    (lambda x, w, eps: torch.rms_norm(x, x.shape[-1:], w, eps), "torch.rms_norm"),
+    (rms_attnlib, "attnlib's RMSNorm"),
+    (rms_helper, "F.rms_norm"),
+])
+def test_13_1_rejects_the_forbidden_functions_by_name(answer, name):
+    verdict = check("13.1", answer, quiet=True)
+    assert verdict.ok is False and f"calls {name}," in verdict.message and "rules out" in verdict.message
+
+
+def test_13_1_and_13_2_name_a_float64_result_in_a_sentence():
+    """A float64 answer used to reach torch.allclose and come back as 'raised RuntimeError: Float did not match Double'."""
+    verdict = check("13.1", lambda x, w, eps: rms_right(x.double(), w.double(), eps), quiet=True)
+    assert verdict.ok is False and "torch.float64 tensor for torch.float32 inputs" in verdict.message
+    assert "raised" not in verdict.message
+    verdict = check("13.2", lambda x, g, u, d: swiglu_right(x.double(), g.double(), u.double(), d.double()), quiet=True)
+    assert verdict.ok is False and "torch.float64" in verdict.message and "raised" not in verdict.message
+
+
+def test_13_1_leaves_no_profiler_behind():
+    import sys
+    check("13.1", rms_module, quiet=True)
+    check("13.1", rms_right, quiet=True)
+    assert sys.getprofile() is None
 
 
 @pytest.mark.parametrize("wrong, says", [
@@ -94,9 +141,16 @@ def unpermute_index(w, num_heads):  # the same with an index: even rows of each 
     return torch.cat([w[h * head_dim:(h + 1) * head_dim][order] for h in range(num_heads)])
 
 
-@pytest.mark.parametrize("answer", [unpermute_right, unpermute_index, unpermute_rope_rows])
+@pytest.mark.parametrize("answer", [unpermute_right, unpermute_index])
 def test_13_3_accepts_the_inverse(answer):
     assert check("13.3", answer, quiet=True)
+
+
+@pytest.mark.parametrize("answer", [unpermute_rope_rows, lambda w, n: unpermute_rope_rows(w, n).clone()])
+def test_13_3_rejects_attnlibs_own_function(answer):
+    """The exercise rules out unpermute_rope_rows: called directly or inside the answer, it is named."""
+    verdict = check("13.3", answer, quiet=True)
+    assert verdict.ok is False and "calls attnlib's unpermute_rope_rows" in verdict.message
 
 
 def permute_again(w, num_heads):
@@ -117,26 +171,46 @@ def test_13_3_rejects_typical_mistakes(wrong, says):
     assert not verdict and says in verdict.message
 
 
-# 13.4 the cache's size ---------------------------------------------------------------------------------------
+# 13.4 the cache's size, with a batch, a window and sinks -----------------------------------------------------
 
-def cache_right(config, tokens, kv_heads, bytes_per_number=4):
-    return 2 * config.num_layers * tokens * kv_heads * (config.d_model // config.num_heads) * bytes_per_number
+def cache_right(config, tokens, kv_heads, bytes_per_number=4, window=None, sinks=0, batch=1):
+    held = tokens if window is None else min(tokens, window + sinks)
+    return 2 * config.num_layers * batch * held * kv_heads * (config.d_model // config.num_heads) * bytes_per_number
+
+
+def cache_keeping(held_of):
+    """An answer right in everything but how many tokens a sequence keeps: held_of(tokens, window, sinks)."""
+    def answer(c, t, kv, b=4, window=None, sinks=0, batch=1):
+        held = t if window is None else held_of(t, window, sinks)
+        return 2 * c.num_layers * batch * held * kv * (c.d_model // c.num_heads) * b
+    return answer
 
 
 def test_13_4_accepts_the_formula():
     assert check("13.4", cache_right, quiet=True)
-    assert check("13.4", lambda c, t, kv, b=4: float(cache_right(c, t, kv, b)), quiet=True)   # a float of bytes
+    assert check("13.4", lambda *a, **k: float(cache_right(*a, **k)), quiet=True)   # a float of bytes
+
+    def keyword_order(config, tokens, kv_heads, bytes_per_number=4, batch=1, sinks=0, window=None):
+        return cache_right(config, tokens, kv_heads, bytes_per_number, window, sinks, batch)
+    assert check("13.4", keyword_order, quiet=True)
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (lambda c, t, kv, b=4: cache_right(c, t, kv, b) // 2, "keys AND values"),
-    (lambda c, t, kv, b=4: cache_right(c, t, c.num_heads, b), "query heads"),
-    (lambda c, t, kv, b=4: cache_right(c, t, kv, b) * 8, "bits"),
-    (lambda c, t, kv, b=4: cache_right(c, t, kv, 4), "bytes_per_number"),
-    (lambda c, t, kv, b=4: cache_right(c, t, kv, b) / 2**20, "not MiB"),
-    (lambda c, t, kv, b=4: 2 * c.num_layers * t * kv * c.d_model * b, "head_dim"),
-    (lambda c, t, kv, b=4: 2 * 30 * t * kv * 64 * b, "nothing fixed"),   # SmolLM2's sizes hard-coded
-    (lambda c, t, kv, b=4: "377 MB", "number of bytes"),
+    (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) // 2, "keys AND values"),
+    (lambda c, t, kv, b=4, **k: cache_right(c, t, c.num_heads, b, **k), "query heads"),
+    (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) * 8, "bits"),
+    (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, 4, **k), "bytes_per_number"),
+    (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) / 2**20, "not MiB"),
+    (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) * c.num_heads, "head_dim"),
+    (lambda c, t, kv, b=4, **k: 2 * 30 * t * kv * 64 * b, "nothing fixed"),   # SmolLM2's sizes hard-coded
+    (lambda c, t, kv, b=4, **k: "377 MB", "number of bytes"),
+    (lambda c, t, kv, b=4, window=None, sinks=0, batch=1: cache_right(c, t, kv, b, window, sinks), "per sequence"),
+    (lambda c, t, kv, b=4, window=None, sinks=0, batch=1: cache_right(c, t, kv, b, batch=batch), "only its last"),
+    (cache_keeping(lambda t, w, s: w + s), "kept whole"),
+    (cache_keeping(lambda t, w, s: min(t, w) + s), "count each token once"),
+    (cache_keeping(lambda t, w, s: min(t, w)), "sinks (the first tokens) are kept"),
+    (cache_keeping(lambda t, w, s: w), "sinks (the first tokens) are kept"),
+    (cache_keeping(lambda t, w, s: min(t, w + s) + 1), "not the cache's size"),
 ])
 def test_13_4_rejects_typical_mistakes(wrong, says):
     verdict = check("13.4", wrong, quiet=True)
@@ -144,10 +218,14 @@ def test_13_4_rejects_typical_mistakes(wrong, says):
 
 
 def test_13_4_messages_never_print_the_answer():
-    right = cache_right(SmolLM2Config(), 8192, 3)
-    for wrong in (lambda c, t, kv, b=4: 0, lambda c, t, kv, b=4: cache_right(c, t, kv, b) // 2):
+    config = SmolLM2Config()
+    answers = [cache_right(config, 8192, 3), cache_right(config, 8192, 9),
+               cache_right(config, 8192, 3, 2, window=1020, sinks=4, batch=8)]
+    for wrong in (lambda c, t, kv, b=4, **k: 0, lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) // 2,
+                  cache_keeping(lambda t, w, s: min(t, w))):
         message = check("13.4", wrong, quiet=True).message
-        assert str(right) not in message and f"{right:,}" not in message
+        for right in answers:
+            assert str(right) not in message and f"{right:,}" not in message and f"{right / 1e6:,.0f} MB" not in message
 
 
 # 13.5 removing a head through its weights --------------------------------------------------------------------

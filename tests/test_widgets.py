@@ -655,6 +655,29 @@ def test_clip_sink_gives_the_rest_of_the_map_its_colours_back():
     assert ex._repr_mimebundle_()[0]["image/png"] != before                    # the static picture follows
 
 
+def test_clip_sink_leaves_out_the_first_query_of_a_causal_map():
+    """The first query of a causal map may see key 0 only, so its weight there is 1 in every head. In a head
+    whose heaviest column is not key 0 (here: the previous token), that 1 used to set the clipped top; rows
+    that the mask lets see one key only are now left out, so the top is the head's own largest weight."""
+    n = 10
+    allowed = torch.ones(n, n, dtype=torch.bool).tril()
+    w = torch.zeros(1, 2, n, n)
+    for i in range(n):
+        w[0, :, i, : i + 1] = 0.4 / (i + 1)                                      # a little everywhere it may look
+        w[0, 0, i, 0] += 0.6                                                     # head 0: a sink on key 0
+        w[0, 1, i, min(i, 2)] += 0.6                                             # head 1: key 2, once it is seen
+    ex = AttentionExplorer(w, [f"t{i}" for i in range(n)], mask=allowed, scale="map", clip_sink=True)
+    assert float(w[0, 1, 0, 0]) == pytest.approx(1.0) and ex._map_hi[1] == pytest.approx(1.0)
+    assert int(w[0, 1].sum(0).argmax()) == 2                                     # its heaviest column is not key 0
+    rest = w[0, 1, 1:].clone()                                                   # rows 1.. (row 0 sees one key)
+    rest[:, 2] = 0                                                               # without the heaviest column
+    assert ex.state.range(0, 1) == (0.0, pytest.approx(float(rest.max())))
+    assert ex.state.range(0, 1)[1] < 0.9                                         # not 1: the first row is left out
+    assert ex.state.range(0, 0) == (0.0, pytest.approx(float(w[0, 0, :, 1:].max())))   # the sink head as before
+    unmasked = AttentionExplorer(w, [f"t{i}" for i in range(n)], scale="map", clip_sink=True)
+    assert unmasked.state.range(0, 1)[1] == pytest.approx(1.0)                  # without the mask, row 0 has n cells
+
+
 def test_clip_sink_is_synced_shared_by_compare_and_symmetric_for_raw_scores():
     ex = AttentionExplorer(maps(2, 3, 5, 5), list("abcde"))
     ex.set_state({"clip_sink": True})  # what the page's box sends

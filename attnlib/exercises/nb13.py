@@ -1,23 +1,58 @@
-"""Checkers for notebook 13's exercises (RMSNorm, SwiGLU, undoing the GGUF permutation, the KV cache's size,
-removing a head through its weights). Each checker builds its own small inputs; none needs SmolLM2 loaded."""
+"""Checkers for notebook 13's exercises (RMSNorm, SwiGLU, undoing the GGUF permutation, the size of a KV cache
+with a batch, a window and sinks, removing a head through its weights). Each checker builds its own small inputs;
+none needs SmolLM2 loaded."""
 from __future__ import annotations
 
 import copy
+import sys
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from ..gguf_io import permute_rope_rows, unpermute_rope_rows
+from ..layers import RMSNorm
 from ..multihead import MultiHeadAttention
 from . import checker, require
 from .nb00 import callable_problem
 
+# What an exercise forbids: the functions that would do the work for the learner (Python functions by their code,
+# built-ins by identity). A call to any of them while the answer runs, however deep, is reported by name.
+_NO_RMSNORM = {"F.rms_norm": F.rms_norm, "torch.rms_norm": torch.rms_norm, "nn.RMSNorm": nn.RMSNorm.forward,
+               "attnlib's RMSNorm": RMSNorm.forward}
+_NO_UNPERMUTE = {"attnlib's unpermute_rope_rows": unpermute_rope_rows}
 
-def _tensor_answer(fn, *args) -> torch.Tensor:
-    out = fn(*args)
+
+def _forbidden_call(forbidden: dict, fn, *args):
+    """Call ``fn(*args)``; return (its result, the name of the first function of ``forbidden`` it called, or None)."""
+    codes = {f.__code__: name for name, f in forbidden.items() if hasattr(f, "__code__")}
+    builtins = {id(f): name for name, f in forbidden.items() if not hasattr(f, "__code__")}
+    called = []
+
+    def watch(frame, event, arg):
+        if event == "call" and frame.f_code in codes:
+            called.append(codes[frame.f_code])
+        elif event == "c_call" and id(arg) in builtins:
+            called.append(builtins[id(arg)])
+
+    before = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        out = fn(*args)
+    finally:
+        sys.setprofile(before)
+    return out, (called[0] if called else None)
+
+
+def _tensor_answer(fn, *args, like: torch.Tensor, forbidden: dict | None = None) -> torch.Tensor:
+    """The answer's output for ``args``: a tensor of ``like``'s dtype, computed without ``forbidden``'s functions."""
+    out, used = _forbidden_call(forbidden or {}, fn, *args)
+    require(used and f"your function calls {used}, which the exercise rules out: compute it with tensor operations")
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"it returned {type(out).__name__}, expected a torch.Tensor")
+    require(out.dtype != like.dtype and f"it returned a {out.dtype} tensor for {like.dtype} inputs; keep the "
+            "inputs' dtype (compute in it, or cast the result back with .to(x.dtype))")
     return out
 
 
@@ -30,7 +65,7 @@ def rms_norm(answer) -> tuple[bool, str]:
     x[0, 0] = 1e-3 * torch.randn(16, generator=g)                     # a tiny row: where eps sits shows
     weight = torch.rand(16, generator=g) + 0.5
     eps = 1e-5
-    got = _tensor_answer(answer, x.clone(), weight.clone(), eps)
+    got = _tensor_answer(answer, x.clone(), weight.clone(), eps, like=x, forbidden=_NO_RMSNORM)
     right = F.rms_norm(x, (16,), weight, eps)
     if got.shape != right.shape:
         return False, f"the output has shape {tuple(got.shape)}; it must keep the input's shape {tuple(x.shape)}"
@@ -62,7 +97,7 @@ def swiglu(answer) -> tuple[bool, str]:
     x = torch.randn(2, 7, d, generator=g)
     gate_w, up_w, down_w = (torch.randn(d_ff, d, generator=g) / 3, torch.randn(d_ff, d, generator=g) / 3,
                             torch.randn(d, d_ff, generator=g) / 4)
-    got = _tensor_answer(answer, x.clone(), gate_w.clone(), up_w.clone(), down_w.clone())
+    got = _tensor_answer(answer, x.clone(), gate_w.clone(), up_w.clone(), down_w.clone(), like=x)
     gate, up = x @ gate_w.T, x @ up_w.T                                 # (2, 7, d_ff) each
     right = (F.silu(gate) * up) @ down_w.T
     if got.shape != right.shape:
@@ -91,7 +126,7 @@ def unpermute(answer) -> tuple[bool, str]:
     for num_heads, head_dim, d_in in [(3, 8, 5), (2, 64, 7), (9, 16, 4)]:
         original = torch.randn(num_heads * head_dim, d_in, generator=g)   # rows in Hugging Face's order
         stored = permute_rope_rows(original, num_heads)                  # as the GGUF file holds them
-        got = _tensor_answer(answer, stored.clone(), num_heads)
+        got = _tensor_answer(answer, stored.clone(), num_heads, like=stored, forbidden=_NO_UNPERMUTE)
         if got.shape != original.shape:
             return False, f"unpermute returned shape {tuple(got.shape)} for a weight of shape {tuple(stored.shape)}"
         if torch.equal(got, original):
@@ -122,26 +157,56 @@ class _Sizes:
         return self.d_model // self.num_heads
 
 
-def _cache_bytes(c, tokens: int, kv_heads: int, nbytes: int) -> int:
-    return 2 * c.num_layers * tokens * kv_heads * c.head_dim * nbytes
+def _cache_bytes(c, tokens: int, kv_heads: int, nbytes: int, window=None, sinks: int = 0, batch: int = 1,
+                 held=None) -> int:
+    """The right size (``held``: the tokens each sequence keeps, when a check wants a wrong count instead)."""
+    if held is None:
+        held = tokens if window is None else min(tokens, window + sinks)
+    return 2 * c.num_layers * batch * held * kv_heads * c.head_dim * nbytes
 
 
 @checker("13.4")
 def kv_cache_bytes(answer) -> tuple[bool, str]:
-    """A function ``kv_cache_bytes(config, tokens, kv_heads, bytes_per_number=4)``: one sequence's cache."""
-    require(callable_problem(answer, "a function kv_cache_bytes(config, tokens, kv_heads, bytes_per_number=4)"))
+    """A function ``kv_cache_bytes(config, tokens, kv_heads, bytes_per_number=4, window=None, sinks=0, batch=1)``:
+    the KV cache of ``batch`` sequences of ``tokens`` tokens each; with a window, each sequence keeps at most its
+    last ``window`` tokens and its first ``sinks`` tokens (StreamingLLM's cache)."""
+    require(callable_problem(answer, "a function kv_cache_bytes(config, tokens, kv_heads, bytes_per_number=4, "
+                                     "window=None, sinks=0, batch=1)"))
     from ..smollm2 import SmolLM2Config
 
-    cases = [(SmolLM2Config(), 8192, 3, 4), (SmolLM2Config(), 8192, 9, 4), (SmolLM2Config(), 100, 3, 2),
-             (_Sizes(num_layers=32, num_heads=32, num_kv_heads=8, d_model=4096), 8192, 8, 2)]
-    for c, tokens, kv, nbytes in cases:
-        right = _cache_bytes(c, tokens, kv, nbytes)
-        got = answer(c, tokens, kv, nbytes)
+    smol, big = SmolLM2Config(), _Sizes(num_layers=32, num_heads=32, num_kv_heads=8, d_model=4096)
+    cases = [  # config, tokens, kv_heads, bytes per number, window, sinks, batch
+        (smol, 8192, 3, 4, None, 0, 1), (smol, 8192, 9, 4, None, 0, 1), (big, 8192, 8, 2, None, 0, 1),
+        (smol, 8192, 3, 4, None, 0, 4),                                   # a batch, no window
+        (smol, 8192, 3, 2, 1020, 4, 8), (big, 4096, 8, 2, 2000, 0, 1),    # long contexts: the window is full
+        (smol, 500, 3, 4, 1020, 4, 2), (smol, 1022, 3, 4, 1020, 4, 1),    # shorter than window + sinks: all kept
+    ]
+    for c, tokens, kv, nbytes, window, sinks, batch in cases:
+        right = _cache_bytes(c, tokens, kv, nbytes, window, sinks, batch)
+        got = answer(c, tokens, kv, nbytes, window=window, sinks=sinks, batch=batch)
         if isinstance(got, bool) or not isinstance(got, (int, float)):
             return False, f"kv_cache_bytes returned {type(got).__name__}; return a number of bytes"
         if got == right:
             continue
-        where = f"for {c.num_layers} layers, {tokens} tokens, {kv} kv heads, {nbytes} bytes per number"
+        kept = "every token kept" if window is None else f"a window of {window} and {sinks} sinks"
+        where = (f"for {c.num_layers} layers, {tokens} tokens, {kv} kv heads, {nbytes} bytes per number, {kept}, "
+                 f"a batch of {batch}")
+        if batch > 1 and got == right / batch:
+            return False, f"{where}: the cache holds one set of keys and values per sequence of the batch"
+        if window is not None:
+            cut = min(tokens, window)
+            wrong_held = [  # (tokens kept, what is wrong): the first that matches is reported
+                (window + sinks, "a context shorter than window + sinks is kept whole: a sequence cannot hold "
+                                 "more tokens than it has"),
+                (cut + sinks, "when the context is shorter than window + sinks, its first tokens are already among "
+                              "the kept ones: count each token once"),
+                (cut, "the sinks (the first tokens) are kept as well as the window"),
+                (tokens, "with a window, a sequence keeps only its last window tokens and its first sinks"),
+            ]
+            for held, message in wrong_held:
+                if held != min(tokens, window + sinks) and got == _cache_bytes(c, tokens, kv, nbytes, batch=batch,
+                                                                               held=held):
+                    return False, f"{where}: {message}"
         if got == right / 2:
             return False, f"half the right size {where}: the cache holds keys AND values (x 2)"
         if got == right * c.num_heads / kv:
@@ -155,8 +220,10 @@ def kv_cache_bytes(answer) -> tuple[bool, str]:
         if got == right * c.num_heads:
             return False, f"{where}: head_dim is d_model / num_heads (64 in SmolLM2), not d_model"
         return False, (f"{where}: not the cache's size. Count what one layer stores for one token (and for which "
-                       "heads), then how many layers, tokens and bytes; read every size from config, nothing fixed")
-    return True, "2 x layers x tokens x kv_heads x head_dim x bytes per number, for any model's sizes"
+                       "heads), how many tokens each sequence keeps, then layers, sequences and bytes; read every "
+                       "size from config, nothing fixed")
+    return True, ("2 x layers x sequences x tokens kept x kv_heads x head_dim x bytes per number; a window keeps "
+                  "at most window + sinks tokens of each sequence")
 
 
 @checker("13.5")

@@ -47,7 +47,8 @@ class AttentionState:
         raw_scores: unnormalised scores on a diverging scale centred on 0 (else weights from 0).
         map_lo, map_hi: ``(layers * heads,)`` smallest and largest drawn value of each map (layer-major).
         map_rest: ``(layers * heads,)`` the largest ``|value|`` of each map outside its sink column
-            (the key column holding the most weight), the top of the scale when ``clip_sink``.
+            (the key column holding the most weight) and outside rows that may see one key only,
+            the top of the scale when ``clip_sink``.
         title, scale ("layer" | "map" | "model" | "fixed"), vmin, vmax (when fixed), clip_sink,
         layer, head (the map on display), selected, selected_key (pinned query / key or None),
         view ("map" | "lines").
@@ -124,7 +125,9 @@ class AttentionState:
 def map_stats(weights: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per map of ``weights (layers, heads, Lq, Lk)``, over the cells ``mask`` draws: the smallest and
     largest value, and the largest ``|value|`` outside the sink column (the column of largest total
-    ``|value|``; the whole map's when nothing lies outside it). Each ``(layers * heads,)`` float64."""
+    ``|value|``) and outside the rows that may see one key only (the first query of a causal map: its
+    weight there is 1 whatever the head does); the whole map's when nothing else is left. Each
+    ``(layers * heads,)`` float64."""
     L, H, Lq, Lk = weights.shape
     w, m = weights.reshape(L * H, Lq * Lk), mask.reshape(L * H, Lq * Lk)                # (maps, cells)
     empty = ~m.any(axis=1)
@@ -133,6 +136,7 @@ def map_stats(weights: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.nda
     size = np.where(m, np.abs(w), 0).reshape(L * H, Lq, Lk)                             # (maps, Lq, Lk)
     sink = size.sum(axis=1).argmax(axis=1)                                                # (maps,) key column
     size[np.arange(L * H), :, sink] = 0
+    size[m.reshape(L * H, Lq, Lk).sum(axis=2) == 1] = 0                                  # rows with one key allowed
     rest = size.max(axis=(1, 2))
     whole = np.maximum(np.abs(lo), np.abs(hi))
     return lo.astype(float), hi.astype(float), np.where(rest > 0, rest, whole).astype(float)

@@ -21,8 +21,9 @@ numbers is always drawn. Weights run from 0 to the top of the group on viridis; 
 (``raw_scores=True``) use a diverging palette centred on 0. ``clip_sink=True`` (the page's
 "clip the sink" box) sets the top of every scale to the largest weight OUTSIDE each map's sink
 column (the key column holding the most weight, e.g. a decoder's first token taking 0.5-0.9 of
-every row): the sink's cells saturate at the top colour and every other cell gets the colours
-back. Use it with ``"map"`` to see each head's pattern, with ``"layer"`` to compare heads.
+every row) and outside rows that ``mask`` lets see one key only (a causal map's first query, whose
+weight is 1 in any head): the sink's cells saturate at the top colour and every other cell gets the
+colours back. Use it with ``"map"`` to see each head's pattern, with ``"layer"`` to compare heads.
 ``mask`` (bool, True = may attend) marks masked cells in a colour the palette does not hold;
 with raw scores, values <= FILL_BELOW (-1e4, e.g. a -1e9 fill) count as masked too.
 

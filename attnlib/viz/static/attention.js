@@ -11,7 +11,8 @@
 //   _mask         uint8 per cell (1 = may attend), or empty (nothing masked)
 //   _shape        [layers, heads, Lq, Lk]
 //   _map_lo, _map_hi  per map (layer-major): smallest and largest unmasked value
-//   _map_rest     per map: largest |value| outside its sink column (the top of the scale with clip_sink)
+//   _map_rest     per map: largest |value| outside its sink column and its one-key rows (the top of the
+//                 scale with clip_sink)
 //   _palette      levels x RGB bytes (the colormap); _mask_rgb: the colour of masked cells
 //   _query_tokens, _key_tokens, _layer_names, _kind ("heatmap" | "explorer"), title, raw_scores
 //   synced: selected (query index | null), selected_key (key index | null),
