@@ -116,6 +116,16 @@ def test_every_exercise_is_attempt_check_and_collapsed_solution(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_collapsed_cell_hides_its_output_too(path):
+    """Any cell whose code is folded away because it gives an answer (not only those starting '# Solution')
+    must fold its output too: on screen, the output gives the same answer."""
+    shown = [i for i, c in enumerate(code_cells(load(path)))
+             if c["metadata"].get("jupyter", {}).get("source_hidden") and c.get("outputs")
+             and not c["metadata"].get("jupyter", {}).get("outputs_hidden")]
+    assert shown == [], f"code cells {shown}: code collapsed, output on screen (add \"outputs_hidden\": true)"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_code_finds_saved_models_through_attnlib(path):
     """A relative ``../data`` works only when the kernel starts in notebooks/; attnlib.paths works anywhere."""
     relative = [i for i, c in enumerate(code_cells(load(path))) if re.search(r"\.\./data\b", "".join(c["source"]))]
