@@ -67,6 +67,7 @@ def test_02_accepts():
     (lambda d, h, f: right_block(d, h, f) - f * d - d, "two layers"),
     (lambda d, h, f: right_block(d, h, f) + (h - 1) * 4 * d * d, "number of heads"),
     (lambda d, h, f: 2224, "not the block's count"),
+    (lambda d, h, f: sum(p.numel() for p in __import__("attnlib").TransformerBlock(d, h, f).parameters()), "formula"),
 ])
 def test_02_rejects(wrong, says):
     verdict = check("0.2", wrong, quiet=True)
@@ -82,6 +83,7 @@ def test_02_never_prints_the_count():
     lambda m: torch.zeros(m.shape).masked_fill(~m, float("-inf")),
     lambda m: torch.where(m, 0.0, -1e9),
     lambda m: (~m).float() * -1e4,
+    lambda m: (~m).float() * -1e3,  # exp(-1000) is 0 in float32: no weight gets through, the result is right
 ])
 def test_03_accepts_minus_inf_and_very_negative_numbers(right):
     assert check("0.3", right, quiet=True)
@@ -98,7 +100,7 @@ def test_03_leaves_the_global_generator_alone():
     (lambda m: m.float(), "nothing is blocked"),
     (lambda m: ~m, "bool mask"),
     (lambda m: torch.zeros(m.shape).masked_fill(m, float("-inf")), "polarity"),
-    (lambda m: (~m).float() * -1.0, "still lets weight through"),
+    (lambda m: (~m).float() * -1.0, "still gets weight"),
     (lambda m: torch.zeros(m.shape).masked_fill(~m.T, float("-inf")), "allowed position must get 0"),
     (lambda m: m.int() - 1, "float"),
     (lambda m: torch.full((5, 5), float("-inf")).triu(1), "shape"),  # ignores its input: right only for a 5 x 5 causal mask
@@ -107,3 +109,17 @@ def test_03_leaves_the_global_generator_alone():
 def test_03_rejects(wrong, says):
     verdict = check("0.3", wrong, quiet=True)
     assert verdict.ok is False and says in verdict.message, verdict.message
+
+
+@pytest.mark.parametrize("wrong, yours, should", [
+    (_fn(lambda c, r: (c & r[:, None, None, :]).index_put((torch.tensor(1), torch.tensor(0), torch.tensor(3),
+                                                           torch.tensor(0)), torch.tensor(False))), "may not", "may"),
+    (lambda lengths, L: (torch.arange(L)[None, :] < torch.arange(L)[:, None])  # '<' instead of '<=': no query sees itself
+     & (torch.arange(L)[None, :] < torch.tensor(lengths)[:, None])[:, None, None, :], "may not", "may"),
+    (lambda lengths, L: (torch.arange(L)[None, :] <= torch.arange(L)[:, None] + 1)  # one later key let in
+     & (torch.arange(L)[None, :] < torch.tensor(lengths)[:, None])[:, None, None, :], "may", "may not"),
+])
+def test_01_says_which_way_the_mask_is_wrong(wrong, yours, should):
+    verdict = check("0.1", wrong, quiet=True)
+    assert verdict.ok is False and f"in your mask it {yours} attend" in verdict.message, verdict.message
+    assert verdict.message.endswith(f"but it {should}"), verdict.message

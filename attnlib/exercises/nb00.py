@@ -117,8 +117,8 @@ def _mask_feedback(answer) -> tuple[bool, str]:
     padded_queries_blocked[1, :, 4:] = False  # sequence 2's two padding queries attend to nothing
     if not (torch.equal(full, right) or torch.equal(full, padded_queries_blocked)):
         b, h, q, k = (full != right).nonzero()[0].tolist()
-        what = "may not" if full[b, h, q, k] else "may"
-        return False, f"sequence {b + 1}, query {q}: it {what} attend to key {k} in your mask, but it should be the other way"
+        yours, should = ("may", "may not") if full[b, h, q, k] else ("may not", "may")
+        return False, f"sequence {b + 1}, query {q}: in your mask it {yours} attend to key {k}, but it {should}"
     from attnlib.multihead import MultiHeadAttention
 
     gen = torch.Generator().manual_seed(0)
@@ -133,6 +133,20 @@ def _mask_feedback(answer) -> tuple[bool, str]:
     return True, "in a 2-head MultiHeadAttention with your mask, no weight falls on a later key or on a padding key"
 
 
+_COUNTERS = {"TransformerBlock", "parameters", "numel", "named_parameters", "state_dict"}
+
+
+def _names(code) -> set[str]:
+    """The global and attribute names a function's code uses, nested code (comprehensions, lambdas) included."""
+    if code is None:
+        return set()
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _names(const)
+    return names
+
+
 def _block_params(d: int, d_ff: int) -> int:
     return 4 * (d * d + d) + (d * d_ff + d_ff) + (d_ff * d + d) + 2 * 2 * d
 
@@ -143,6 +157,10 @@ def block_parameter_formula(answer: Callable) -> tuple[bool, str]:
     from attnlib.transformer import TransformerBlock
 
     require(callable_problem(answer, "a function block_params(d_model, num_heads, d_ff)"))
+    counting = _COUNTERS & _names(getattr(answer, "__code__", None))
+    if counting:
+        return False, (f"your function uses {', '.join(sorted(counting))}: that counts a block's parameters, as the "
+                       "cell above does; write the count as a formula of d_model and d_ff instead")
     try:
         heads_matter = int(answer(48, 3, 100)) != int(answer(48, 12, 100))
     except (TypeError, ValueError) as err:
@@ -177,8 +195,9 @@ def block_parameter_formula(answer: Callable) -> tuple[bool, str]:
 def additive_mask(answer: Callable) -> tuple[bool, str]:
     """``answer(mask) -> float mask``: 0 where attnlib's bool mask allows, -inf (or a very negative number) where it blocks.
 
-    The float form is added to the scores by ``nn.MultiheadAttention``. A large finite negative number
-    (-1e4 or below) gives the same weights here as -inf, so both are accepted.
+    The float form is added to the scores by ``nn.MultiheadAttention``. The verdict comes from the result: a blocked
+    key must get exactly zero weight in ``nn.MultiheadAttention`` and the output must equal attnlib's with the bool
+    mask, so a large finite negative number (-1e3 works here) is accepted as well as -inf.
     """
     require(callable_problem(answer, "a function to_additive_mask(mask)"))
     from attnlib.multihead import MultiHeadAttention
@@ -207,15 +226,17 @@ def additive_mask(answer: Callable) -> tuple[bool, str]:
         if not bool((allowed == 0).all()):
             what = "" if mask is causal else " (for a mask that is not causal: the answer must follow its input)"
             return False, "an allowed position must get 0, so that its score is unchanged" + what
-        if not bool((blocked <= -1e4).all()):
-            return False, "a blocked position needs -inf (or a number so negative that exp() of it is 0); yours still lets weight through"
         with torch.random.fork_rng(devices=[]):  # building the modules draws from the global generator: not the learner's
             ref = nn.MultiheadAttention(16, 2, batch_first=True).eval()
             ours = MultiHeadAttention(16, 2).copy_from_torch(ref).eval()
         x = torch.randn(1, L, 16, generator=torch.Generator().manual_seed(1))
         with torch.no_grad():
-            theirs, _ = ref(x, x, x, attn_mask=answer(mask))
+            theirs, weights = ref(x, x, x, attn_mask=answer(mask), average_attn_weights=False)  # (1, heads, L, L)
             mine, _ = ours(x, x, x, mask=mask)
+        leak = weights[..., ~mask].max().item() if (~mask).any() else 0.0
+        if leak > 0:
+            return False, (f"with your float mask a blocked key still gets weight (up to {leak:.2g}): a blocked position "
+                           "needs -inf, or a number so negative that exp() of it is 0")
         if not torch.allclose(theirs, mine, atol=1e-5):
             return False, "nn.MultiheadAttention with your float mask does not give the output of attnlib's module with the bool mask"
     return True, "nn.MultiheadAttention with your float mask gives the same output as attnlib's module with the bool mask"
