@@ -50,13 +50,27 @@ def test_10_2_rejects_typical_mistakes(wrong, says):
     assert verdict.ok is False and says in verdict.message
 
 
+@pytest.mark.parametrize("heads", [2, 4])  # 2 = B, as in the notebook: then the wrong shape broadcasts
+def test_10_2_says_when_the_batch_sits_on_the_heads_axis(heads):
+    verdict = check("10.2", REAL[None, :, None, :], quiet=True, src=SRC, num_heads=heads)
+    assert verdict.ok is False and "where the heads go" in verdict.message, verdict.message
+
+
+def test_10_2_describes_the_broadcast_mask_of_a_one_row_answer():
+    """A (1, 1, 1, Ls) mask is sequence 0's for every sequence: the message lists what sequence 1 may really see."""
+    verdict = check("10.2", REAL[:1, None, None, :], quiet=True, src=SRC, num_heads=2)
+    assert verdict.ok is False, verdict.message
+    assert "sequence 1 has 2 real tokens" in verdict.message and "[0, 1, 2, 3]" in verdict.message, verdict.message
+    assert "raised" not in verdict.message and "one row for the whole batch" in verdict.message, verdict.message
+
+
 def test_10_2_accepts_the_key_padding_mask():
     assert check("10.2", REAL[:, None, None, :], quiet=True, src=SRC)
     assert check("10.2", (SRC != 0).view(2, 1, 1, 4), quiet=True, src=SRC)
 
 
 def cached_greedy(model, src, src_key_padding_mask=None, max_len=11, cross_once=True, positions=True, pad_mask=True,
-                  use_kvcache=True, values_once=True, pad_after_eos=True):
+                  use_kvcache=True, values_once=True, pad_after_eos=True, by_hand_each_step=None, scale=True):
     """The exercise's solution; the keywords switch on the mistakes learners make."""
     import math
 
@@ -69,6 +83,12 @@ def cached_greedy(model, src, src_key_padding_mask=None, max_len=11, cross_once=
 
     def project(block):
         a = block.cross_attn
+        if by_hand_each_step == "linear":  # the module's weights, without calling the module
+            return (a.split_heads(F.linear(memory, a.w_k.weight, a.w_k.bias)),
+                    a.split_heads(F.linear(memory, a.w_v.weight, a.w_v.bias)))
+        if by_hand_each_step == "matmul":
+            return (a.split_heads(memory @ a.w_k.weight.T + a.w_k.bias),
+                    a.split_heads(memory @ a.w_v.weight.T + a.w_v.bias))
         return a.split_heads(a.w_k(memory)), a.split_heads(a.w_v(memory))
 
     cross_kv = [project(block) for block in model.decoder]
@@ -78,9 +98,10 @@ def cached_greedy(model, src, src_key_padding_mask=None, max_len=11, cross_once=
     done = torch.zeros(src.shape[0], dtype=torch.bool)
     ids = []
     for t in range(max_len):
-        x = model.tgt_embed(token)[:, None] * math.sqrt(model.config.d_model) + model.pos.pe[t if positions else 0]
+        x = model.tgt_embed(token)[:, None] * (math.sqrt(model.config.d_model) if scale else 1.0) \
+            + model.pos.pe[t if positions else 0]
         for i, block in enumerate(model.decoder):
-            k, v = cross_kv[i] if cross_once else project(block)
+            k, v = cross_kv[i] if (cross_once and not by_hand_each_step) else project(block)
             if not values_once:  # the keys kept, the values projected again at every step
                 v = block.cross_attn.split_heads(block.cross_attn.w_v(memory))
             if use_kvcache:
@@ -117,6 +138,7 @@ def test_10_3_accepts_a_cached_decoder(model_and_batch):
     fn = lambda m, s, r, n: cached_greedy(m, s, r, n)
     verdict = check("10.3", fn, quiet=True, model=model, src=src, src_key_padding_mask=real, max_len=8)
     assert verdict.ok, verdict.message
+    assert "memory in 4 matrix products" in verdict.message, verdict.message  # 2 layers: keys and values, once
     assert check("10.3", None, quiet=True, model=model, src=src).ok is None
 
 
@@ -129,6 +151,10 @@ def test_10_3_accepts_a_cached_decoder(model_and_batch):
     (lambda m, s, r, n: cached_greedy(m, s, r, n, use_kvcache=False), "recomputes the prefix's keys and values"),
     (lambda m, s, r, n: cached_greedy(m, s, r, n, values_once=False), "values were projected from the memory"),
     (lambda m, s, r, n: cached_greedy(m, s, r, n, pad_after_eos=False), "goes on after its <eos>"),
+    # the memory projected again at every step without calling w_k / w_v: the module hooks cannot see it
+    (lambda m, s, r, n: cached_greedy(m, s, r, n, by_hand_each_step="linear"), "went through"),
+    (lambda m, s, r, n: cached_greedy(m, s, r, n, by_hand_each_step="matmul"), "went through"),
+    (lambda m, s, r, n: cached_greedy(m, s, r, n, scale=False), "√d_model"),
     ([5, 3, 7, 2], "expected a function"),
 ])
 def test_10_3_rejects_typical_mistakes(model_and_batch, wrong, says):

@@ -735,3 +735,19 @@ def test_a_payload_stored_before_viz_still_makes_a_page(explorer):
     new = export_state(explorer.state)
     assert json.loads(re.search(r'id="attnlib-state" type="application/json">(.*?)</script>', export_page(new)).group(1)) == \
         json.loads(json.dumps(new["state"]))  # a new payload goes through unchanged
+
+
+@pytest.mark.parametrize("heads", [1, 2, 9])
+def test_static_grid_title_fits_beside_the_map(heads):
+    """The grid's title ("every layer x head; one colour scale ...") is wrapped to the grid's width: with one or two
+    heads it was one long line that ran under the map beside it and was cut off in the picture."""
+    from attnlib.viz.render import static_figure
+
+    w = torch.softmax(torch.randn(2, heads, 6, 6, generator=torch.Generator().manual_seed(0)), -1)
+    fig = static_figure(AttentionExplorer(w, list("abcdef"), list("abcdef"), scale="model").state)
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)  # the constrained layout places the axes when the figure is drawn
+    grid, target = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"][:2]
+    title = grid.title.get_window_extent(renderer)
+    assert title.x1 <= target.get_window_extent(renderer).x0, (title, target.get_window_extent(renderer))
+    assert "one colour scale for the whole model" in grid.title.get_text().replace("\n", " ")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from . import checker, require
 from .nb00 import callable_problem
@@ -67,18 +68,25 @@ def memory_mask(answer, src: torch.Tensor, pad_id: int = 0, num_heads: int = 4, 
     if answer.shape == (B, 1, Ls, 1) or answer.shape == (B, Ls, 1, 1):
         return False, (f"shape {tuple(answer.shape)} puts the source positions on a query axis; the source is "
                        "the keys, the last axis")
+    want = real[:, None, None, :].expand(B, num_heads, tgt_len, Ls)
     try:
         full = answer.expand(B, num_heads, tgt_len, Ls)
     except RuntimeError:
+        full = None
+    if full is not None and torch.equal(full, want):
+        return True, "every target position may look at every real source token, and at no pad"
+    if B > 1 and answer.shape[0] == 1 and answer.shape[1] == B and answer.shape[-1] == Ls:
+        return False, (f"shape {tuple(answer.shape)} puts the batch axis where the heads go: the first axis is the "
+                       f"batch (B = {B}), the second the heads, so that each sequence gets its own row of the mask")
+    if full is None:
         return False, f"shape {tuple(answer.shape)} does not broadcast to (B, h, Lt, Ls) = {(B, num_heads, tgt_len, Ls)}"
-    want = real[:, None, None, :].expand(B, num_heads, tgt_len, Ls)
     if torch.equal(full, ~want):
         return False, "the polarity is inverted: in attnlib True means 'may attend', so True must mark the real tokens"
-    if not torch.equal(full, want):
-        b = int((full != want).any(-1).any(-1).any(-1).nonzero()[0])
-        return False, (f"sequence {b} has {int(real[b].sum())} real tokens, but your mask lets it attend to "
-                       f"{answer[b].reshape(-1, answer.shape[-1])[0].nonzero().flatten().tolist()}")
-    return True, "every target position may look at every real source token, and at no pad"
+    b, head, t = (int(i) for i in (full != want).nonzero()[0, :3])
+    shared = (" (your mask has one row for the whole batch, so every sequence gets the same mask: keep the batch "
+              "axis first, with one row per sequence)" if B > 1 and answer.shape[0] == 1 else "")
+    return False, (f"sequence {b} has {int(real[b].sum())} real tokens, but your mask lets its target position {t} "
+                   f"(head {head}) attend to source positions {full[b, head, t].nonzero().flatten().tolist()}{shared}")
 
 
 def _greedy_reading_pads(model, src, src_key_padding_mask, max_len):
@@ -94,6 +102,33 @@ def _greedy_reading_pads(model, src, src_key_padding_mask, max_len):
         if bool(done.all()):
             break
     return torch.stack(ids, 1)
+
+
+_PRODUCTS = {"linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "einsum", "addmm", "baddbmm", "addbmm",
+             "tensordot", "inner", "mv", "addmv"}
+
+
+class _MemoryProducts(TorchFunctionMode):
+    """Counts the matrix products (``F.linear``, ``@``, ``matmul``, ``einsum``, ...) that take the encoder's memory, or
+    a view of it, as an operand: each projection of the memory into keys or values is one, however it is written."""
+
+    def __init__(self):
+        super().__init__()
+        self.memories: list[torch.Tensor] = []  # the encoder's outputs (a forward hook appends them)
+        self.count = 0
+
+    def _is_memory(self, x) -> bool:
+        if isinstance(x, (list, tuple)):
+            return any(self._is_memory(y) for y in x)
+        return isinstance(x, torch.Tensor) and any(
+            x.untyped_storage().data_ptr() == m.untyped_storage().data_ptr() for m in self.memories)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") in _PRODUCTS and self.memories and (
+                self._is_memory(args) or self._is_memory(tuple(kwargs.values()))):
+            self.count += 1
+        return func(*args, **kwargs)
 
 
 def _matches(ids: torch.Tensor, reference: torch.Tensor, eos: int) -> bool:
@@ -115,7 +150,8 @@ def cached_greedy(answer, model, src: torch.Tensor, src_key_padding_mask: torch.
     from ..decoding import greedy_decode
 
     positions, cross_projections, self_projected = [], [], []
-    hooks = []
+    products = _MemoryProducts()  # counts every matrix product that reads the memory, module or not
+    hooks = [model.encoder.register_forward_hook(lambda m, args, out: products.memories.append(out.detach()))]
     for layer, block in enumerate(model.decoder):  # record what each decoder layer computes, step by step
         hooks.append(block.ff.register_forward_pre_hook(lambda m, args: positions.append(args[0].shape[1])))
         for which in ("w_k", "w_v"):
@@ -124,7 +160,7 @@ def cached_greedy(answer, model, src: torch.Tensor, src_key_padding_mask: torch.
             hooks.append(getattr(block.self_attn, which).register_forward_pre_hook(
                 lambda m, args: self_projected.append(args[0].shape[1] if args[0].dim() == 3 else 1)))
     try:
-        with torch.no_grad():
+        with torch.no_grad(), products:
             ids = answer(model, src, src_key_padding_mask, max_len)
     finally:
         for h in hooks:
@@ -149,6 +185,11 @@ def cached_greedy(answer, model, src: torch.Tensor, src_key_padding_mask: torch.
             return False, (f"the cross-attention's {name} were projected from the memory {per_layer} times in one "
                            f"layer over {steps} steps: the memory does not change while decoding, so project its "
                            "keys and values once per layer, before the loop")
+    n_layers = len(model.decoder)
+    if products.count > 2 * n_layers:
+        return False, (f"the encoder's memory went through {products.count} matrix products over {steps} steps, "
+                       f"{n_layers} decoder layers: projecting it into each layer's keys and values takes "
+                       f"{2 * n_layers}, once, before the loop (the memory does not change while decoding)")
     with torch.no_grad():
         right = greedy_decode(model, src, src_key_padding_mask, max_len=max_len)  # (B, T')
     eos, pad = model.eos_id, model.pad_id
@@ -164,12 +205,15 @@ def cached_greedy(answer, model, src: torch.Tensor, src_key_padding_mask: torch.
                                                                            max_len), eos)
             hint = (" (your ids are those of a decoder whose cross-attention reads the source's pads: mask them "
                     "there too)" if reads_pads else
-                    " (the new token's position: position t's encoding, not position 0's; and the causal "
-                    "self-attention over the cached tokens)")
+                    " (compare your step t with greedy_decode's: the embedding times √d_model, plus position t's "
+                    "encoding; the post-norm order of the three sublayers; the self-attention over the cached "
+                    "tokens; the cross-attention's queries from the new token)")
             return False, f"row {b} differs from greedy decoding at step {t}{hint}"
         after = ids[b, len(want):]
         if eos in want and bool((after != pad).any()):
             return False, (f"row {b} goes on after its <eos>: a finished row must hold the pad id ({pad}) from then "
                            "on, as greedy decoding's does")
-    return True, (f"one target position per block call over {steps} steps, the memory's keys and values projected "
-                  "once per layer, and the same ids as greedy decoding")
+    memory_note = (f"the encoder's memory in {products.count} matrix products in all (its keys and values, once per "
+                   f"layer, for {n_layers} layers)" if products.memories else
+                   "w_k and w_v called on the memory once per layer")
+    return True, f"one target position per block call over {steps} steps, {memory_note}, and the same ids as greedy decoding"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import textwrap
 import warnings
 from typing import Any
 
@@ -116,7 +117,10 @@ def _grid(ax: Any, s: AttentionState, data: np.ndarray, cmap: Any, block: int, t
     note = {"map": "one colour scale per map: heads NOT comparable", "layer": "one colour scale per layer",
             "model": "one colour scale for the whole model"}.get(s.scale) or f"fixed colour scale {s.vmin:.3g} to {s.vmax:.3g}"
     clip = "; sink column clipped (the top ignores each map's heaviest key)" if s.clip_sink else ""
-    ax.set_title(f"every layer x head; {note}{' (range beside each layer)' if shared else ''}{clip}", fontsize=8)
+    title = f"every layer x head; {note}{' (range beside each layer)' if shared else ''}{clip}"
+    # wrapped to the grid's width (about 15 characters of 8-point text per inch), so that a grid of one or two heads
+    # does not run its title under the map beside it
+    ax.set_title(textwrap.fill(title, max(30, int(15 * (n_c * step / DPI + 0.8)))), fontsize=8)
     r, c = place(s.layer, s.head)
     ax.add_patch(Rectangle((c * step - 2, r * step - 2), T + 3, T + 3, fill=False, ec=PIN, lw=2))
     ax.add_collection(PatchCollection(pins, facecolor="none", edgecolor=PIN, linewidth=0.8))
@@ -124,10 +128,22 @@ def _grid(ax: Any, s: AttentionState, data: np.ndarray, cmap: Any, block: int, t
 
 def static_png(s: AttentionState) -> bytes:
     """A labelled PNG of ``s`` (the map on display; an explorer's grid of every head too)."""
+    from PIL import Image
+
+    fig = static_figure(s)
+    rgba = io.BytesIO()
+    fig.savefig(rgba, format="png", dpi=DPI, bbox_inches="tight", pad_inches=0.05)  # tight: no label cut off
+    image = Image.open(rgba).convert("RGB")
+    buf = io.BytesIO()  # a 256-colour palette PNG (Pillow): a third of the bytes of RGBA, no metadata, stable
+    image.quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(buf, format="PNG", optimize=True)
+    return buf.getvalue()
+
+
+def static_figure(s: AttentionState):
+    """The matplotlib Figure behind :func:`static_png` (with an Agg canvas attached)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.colors import ListedColormap
     from matplotlib.figure import Figure
-    from PIL import Image
 
     cmap = ListedColormap(s.palette / 255.0).with_extremes(bad=np.asarray(s.mask_rgb) / 255.0)
     data, step = _block_means(s.display)                                        # (layers, heads, rows, cols)
@@ -173,12 +189,7 @@ def static_png(s: AttentionState) -> bytes:
         target.legend(handles=[Patch(color=np.asarray(s.mask_rgb) / 255, label="masked")], fontsize=7,
                       loc="upper left", bbox_to_anchor=(1.0, -0.02), frameon=False, handlelength=1)
     FigureCanvasAgg(fig)
-    rgba = io.BytesIO()
-    fig.savefig(rgba, format="png", dpi=DPI, bbox_inches="tight", pad_inches=0.05)  # tight: no label cut off
-    image = Image.open(rgba).convert("RGB")
-    buf = io.BytesIO()  # a 256-colour palette PNG (Pillow): a third of the bytes of RGBA, no metadata, stable
-    image.quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(buf, format="PNG", optimize=True)
-    return buf.getvalue()
+    return fig
 
 
 def static_html(png: bytes, caption: str) -> str:
