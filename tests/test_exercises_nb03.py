@@ -22,6 +22,20 @@ def test_31_rejects(wrong, says):
     assert verdict.ok is False and says in verdict.message
 
 
+@pytest.mark.parametrize("wrong", [
+    lambda p: -(p * p.clamp_min(1e-12).log()).sum(-1),          # one entropy per row, not their mean
+    lambda p: -(p * p.clamp_min(1e-12).log()).sum(-1).mean(-1),  # the mean over the last batch axis only
+])
+def test_31_rejects_one_value_per_row_with_a_sentence(wrong):
+    verdict = check("3.1", wrong, quiet=True)
+    assert verdict.ok is False and "return one number" in verdict.message
+    assert "raised" not in verdict.message
+
+
+def test_31_accepts_a_one_element_tensor():
+    assert check("3.1", lambda p: -(p * p.clamp_min(1e-12).log()).sum(-1).mean(), quiet=True)
+
+
 def test_31_accepts():
     assert check("3.1", right_entropy, quiet=True)
 

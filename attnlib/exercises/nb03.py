@@ -19,6 +19,11 @@ def entropy_fn(answer) -> tuple[bool, str]:
     uniform = torch.full((2, 3, 8), 1 / 8)
     padded = torch.tensor([[0.5, 0.5, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])  # masked keys have weight exactly 0
     tol, ln8 = 1e-3, math.log(8)
+    for p in (uniform, padded):  # one number, not one value per row (the usual slip with (..., L))
+        got = answer(p)
+        if isinstance(got, torch.Tensor) and got.numel() != 1:
+            return False, ("your function returned a tensor of shape "
+                           f"{tuple(got.shape)}: return one number, the mean entropy over all rows, not one value per row")
     got_uniform = float(answer(uniform))
     if abs(got_uniform - math.log2(8)) < tol:
         return False, "you used log base 2 (bits); use the natural log, so the answer is in nats"
