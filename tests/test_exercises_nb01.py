@@ -76,6 +76,28 @@ def test_13_rejects(wrong, says):
     assert not any(str(x) in verdict.message for x in RIGHT[1:])  # no answer shown
 
 
+def test_13_accepts_a_fit_that_is_whole_up_to_rounding():
+    np = pytest.importorskip("numpy")
+    sizes = [16, 32, 64, 128]
+    fitted = np.polyfit(sizes, [right_count(H) for H in sizes], 2)  # floats like 845.0000000000003
+    right = right_count(256) / right_count(128)
+    assert check("1.3", tuple(fitted), quiet=True, vocab_size=V, emb=E, ratio=right)
+    assert check("1.3", [x + 1e-9 for x in RIGHT], quiet=True, vocab_size=V, emb=E, ratio=right)
+
+
+@pytest.mark.parametrize("wrong, says", [
+    ((8.5, 8 * E + 16 + V, 2 * V * E + V), "whole numbers"),
+    ((8, 8 * E + 16 + V + 0.25, 2 * V * E + V), "whole numbers"),
+    ((8, float("nan"), 2 * V * E + V), "finite"),
+    ((4 + 1e-10, 4 * E + 8 + V, 2 * V * E + V), "how many LSTMs"),  # near-whole wrong values keep their diagnosis
+    ((8.0, 8 * E + 16 + V - 1e-10, V), "embedding"),
+])
+def test_13_rejects_non_whole_and_keeps_diagnosis_of_near_whole(wrong, says):
+    verdict = check("1.3", wrong, quiet=True, vocab_size=V, emb=E, ratio=1.0)
+    assert verdict.ok is False and says in verdict.message, verdict.message
+    assert not any(str(x) in verdict.message for x in RIGHT[1:])  # no answer shown
+
+
 def test_13_ratio():
     right = right_count(256) / right_count(128)
     assert check("1.3", RIGHT, quiet=True, vocab_size=V, emb=E, ratio=right)

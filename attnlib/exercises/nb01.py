@@ -1,6 +1,8 @@
 """Checkers for notebook 01's exercises (the seq2seq bottleneck: clipping, search errors, parameter counts, one injected error)."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from . import checker, require
@@ -83,6 +85,12 @@ def parameter_formula(answer, vocab_size: int, emb: int, ratio=None) -> tuple[bo
         a, b, c = (float(x) for x in answer)
     except (TypeError, ValueError):
         return False, "the coefficients should be numbers"
+    if not all(math.isfinite(x) for x in (a, b, c)):
+        return False, "the coefficients should be finite numbers"
+    # a fit (np.polyfit) or a float sum gives 845.0000000001 for 845: read a value that close to a whole number as it
+    if any(abs(x - round(x)) > 1e-6 * max(1.0, abs(x)) for x in (a, b, c)):
+        return False, "each coefficient counts weights, so it is a whole number; give a, b and c as whole numbers"
+    a, b, c = (float(round(x)) for x in (a, b, c))
     A, B, C = _coefficients(vocab_size, emb)
     if (a, b, c) != (A, B, C):
         if (a, b, c) == (A, B - 2 * 4, C):
