@@ -85,7 +85,7 @@ def test_62_accepts():
     assert check("6.2", lambda q, k, v, s: right_distance(q.double(), k.double(), v.double(), s), quiet=True)  # float64
 
 
-def gap(block, x, perm, alpha, *, shuffle_pe=False, unshuffle=True, relative=True):
+def gap(block, x, perm, alpha, *, shuffle_pe=False, unshuffle=True, relative=True, per_sequence=False):
     from attnlib import sinusoidal_encoding
 
     pe = sinusoidal_encoding(x.shape[2], x.shape[1])
@@ -94,6 +94,8 @@ def gap(block, x, perm, alpha, *, shuffle_pe=False, unshuffle=True, relative=Tru
         shuffled = block(x[:, perm] + alpha * (pe[perm] if shuffle_pe else pe))
         if unshuffle:
             shuffled = shuffled[:, perm.argsort()]
+    if per_sequence:  # mean over sequences of each sequence's relative gap: not the gap the task defines
+        return float(((shuffled - out).flatten(1).norm(dim=1) / out.flatten(1).norm(dim=1)).mean())
     diff = (shuffled - out).norm()
     return float(diff / out.norm() if relative else diff)
 
@@ -116,6 +118,7 @@ def bisect(tol=1e-4, keep="hi", flip=False, **kw):
     (bisect(shuffle_pe=True), "moved the positions"),  # the gap stays 0: the search ends at 4
     (bisect(unshuffle=False), "perm.argsort()"),
     (bisect(relative=False), "divide by the norm"),
+    (bisect(per_sequence=True), "whole (B, T, d)"),  # 0.005 off at target 0.5 on the check's block
     (bisect(flip=True), "wrong half"),
     (lambda b, x, p, t: t, "aiming for"),
     (lambda b, x, p, t: gap(b, x, p, t), "relative gap is"),  # the gap at alpha = target
@@ -133,3 +136,13 @@ def test_63_accepts():
     assert check("6.3", bisect(keep="lo"), quiet=True)  # either end of the last interval
     assert check("6.3", bisect(tol=1e-3), quiet=True)  # stopped at the tolerance the task asks for
     assert check("6.3", lambda b, x, p, t: torch.tensor(bisect()(b, x, p, t)), quiet=True)  # a 0-d tensor
+
+
+def test_63_gap_grows_on_the_search_interval():
+    # the task says the gap grows with alpha for the check's block, and a bisection over [0, 4] relies on it
+    from attnlib.exercises.nb06 import _alpha_problem, _gap
+
+    block, x, perm = _alpha_problem()
+    gaps = [_gap(block, x, perm, 0.05 * n) for n in range(81)]  # alpha = 0, 0.05, ..., 4
+    assert gaps[0] < 1e-5
+    assert all(b > a for a, b in zip(gaps, gaps[1:]))
