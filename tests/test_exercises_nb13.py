@@ -2,6 +2,7 @@
 learners make are rejected with a sentence that names them, and no message gives the answer's number away."""
 import copy
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -115,17 +116,31 @@ def test_13_2_accepts_swiglu(answer):
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (lambda x, g, u, d: ((x @ g.T) * F.silu(x @ u.T)) @ d.T, "applied to the gate"),
+    (lambda x, g, u, d: ((x @ g.T) * F.silu(x @ u.T)) @ d.T, "wrong one of the two projections"),
     (lambda x, g, u, d: (torch.sigmoid(x @ g.T) * (x @ u.T)) @ d.T, "sigmoid"),
     (lambda x, g, u, d: (F.relu(x @ g.T) * (x @ u.T)) @ d.T, "ReLU"),
     (lambda x, g, u, d: (F.gelu(x @ g.T) * (x @ u.T)) @ d.T, "GELU"),
-    (lambda x, g, u, d: F.silu(x @ g.T) @ d.T, "gate is missing"),
+    (lambda x, g, u, d: F.silu(x @ g.T) @ d.T, "up projection is missing"),
+    (lambda x, g, u, d: F.silu(x @ u.T) @ d.T, "only one projection"),
     (lambda x, g, u, d: (F.silu(x @ g.T) * (x @ u.T)) @ d, "shape"),
-    (lambda x, g, u, d: (F.silu(x @ g.T) + (x @ u.T)) @ d.T, "not down(SiLU(gate(x)) * up(x))"),
+    (lambda x, g, u, d: (F.silu(x @ g.T) + (x @ u.T)) @ d.T, "are added"),
+    (lambda x, g, u, d: (F.silu(x @ g.T) - (x @ u.T)) @ d.T, "not SwiGLU's output"),
 ])
 def test_13_2_rejects_typical_mistakes(wrong, says):
     verdict = check("13.2", wrong, quiet=True)
     assert verdict.ok is False and says in verdict.message
+
+
+@pytest.mark.parametrize("wrong", [
+    lambda x, g, u, d: ((x @ g.T) * F.silu(x @ u.T)) @ d.T, lambda x, g, u, d: F.silu(x @ u.T) @ d.T,
+    lambda x, g, u, d: F.silu(x @ g.T) @ d.T, lambda x, g, u, d: (F.silu(x @ g.T) + (x @ u.T)) @ d.T,
+    lambda x, g, u, d: (F.silu(x @ g.T) - (x @ u.T)) @ d.T,
+])
+def test_13_2_messages_never_write_out_the_formula(wrong):
+    """A wrong answer is told what is wrong, not given the one-line solution."""
+    message = check("13.2", wrong, quiet=True).message
+    for answer_part in ("down(", "SiLU(gate", "* up(", "@ W.T", ".T"):
+        assert answer_part not in message
 
 
 # 13.3 undoing the permutation --------------------------------------------------------------------------------
@@ -189,6 +204,18 @@ def cache_keeping(held_of):
 def test_13_4_accepts_the_formula():
     assert check("13.4", cache_right, quiet=True)
     assert check("13.4", lambda *a, **k: float(cache_right(*a, **k)), quiet=True)   # a float of bytes
+    assert check("13.4", lambda *a, **k: np.int64(cache_right(*a, **k)), quiet=True)   # a numpy integer
+    assert check("13.4", lambda *a, **k: np.float64(cache_right(*a, **k)), quiet=True)
+    assert check("13.4", lambda *a, **k: torch.tensor(cache_right(*a, **k)), quiet=True)   # a 0-d tensor
+
+
+def test_13_4_accepts_a_product_built_with_numpy():
+    """np.prod returns np.int64, which is not a Python int: it used to be refused as 'not a number of bytes'."""
+    def with_np_prod(config, tokens, kv_heads, bytes_per_number=4, window=None, sinks=0, batch=1):
+        held = tokens if window is None else min(tokens, window + sinks)
+        return np.prod([2, config.num_layers, batch, held, kv_heads, config.d_model // config.num_heads,
+                        bytes_per_number])
+    assert check("13.4", with_np_prod, quiet=True)
 
     def keyword_order(config, tokens, kv_heads, bytes_per_number=4, batch=1, sinks=0, window=None):
         return cache_right(config, tokens, kv_heads, bytes_per_number, window, sinks, batch)
@@ -203,7 +230,9 @@ def test_13_4_accepts_the_formula():
     (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) / 2**20, "not MiB"),
     (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) * c.num_heads, "head_dim"),
     (lambda c, t, kv, b=4, **k: 2 * 30 * t * kv * 64 * b, "nothing fixed"),   # SmolLM2's sizes hard-coded
-    (lambda c, t, kv, b=4, **k: "377 MB", "number of bytes"),
+    (lambda c, t, kv, b=4, **k: "377 MB", "return one number"),
+    (lambda c, t, kv, b=4, **k: torch.tensor([cache_right(c, t, kv, b, **k)]), "return one number"),
+    (lambda c, t, kv, b=4, **k: np.int64(cache_right(c, t, kv, b, **k) // 2), "keys AND values"),
     (lambda c, t, kv, b=4, window=None, sinks=0, batch=1: cache_right(c, t, kv, b, window, sinks), "per sequence"),
     (lambda c, t, kv, b=4, window=None, sinks=0, batch=1: cache_right(c, t, kv, b, batch=batch), "only its last"),
     (cache_keeping(lambda t, w, s: w + s), "kept whole"),
@@ -275,14 +304,15 @@ def returns_a_copy(attn, head):
 @pytest.mark.parametrize("wrong, says", [
     (zero_value_rows, "share one key/value head"),
     (zero_query_rows, "uniform, not absent"),
-    (zero_output_rows, "output projection"),
-    (zero_next_head, "output projection"),
+    (zero_output_rows, "only head"),
+    (zero_next_head, "not head"),
     (lambda attn, head: None, "did not change"),
     (returns_a_copy, "in place"),
 ])
 def test_13_5_rejects_typical_mistakes(wrong, says):
     verdict = check("13.5", wrong, quiet=True)
     assert verdict.ok is False and says in verdict.message
+    assert "w_o" not in verdict.message and "output projection" not in verdict.message   # the answer's place unnamed
 
 
 def test_13_5_leaves_the_callers_random_state_alone():

@@ -4,6 +4,7 @@ none needs SmolLM2 loaded."""
 from __future__ import annotations
 
 import copy
+import numbers
 import sys
 from dataclasses import dataclass
 
@@ -104,18 +105,21 @@ def swiglu(answer) -> tuple[bool, str]:
         return False, f"the output has shape {tuple(got.shape)}, expected {tuple(right.shape)} (back to d_model)"
     if torch.allclose(got, right, rtol=1e-4, atol=1e-5):
         return True, "down(SiLU(gate(x)) * up(x)): the gate decides, per hidden unit, how much of up(x) passes"
-    mistakes = {
-        "SiLU is applied to the gate, not to up(x): down(SiLU(gate(x)) * up(x))": (gate * F.silu(up)) @ down_w.T,
+    mistakes = {  # each message says what is wrong, never the formula
+        "SiLU went to the wrong one of the two projections": (gate * F.silu(up)) @ down_w.T,
         "that is GLU with a sigmoid gate; SwiGLU uses SiLU(z) = z * sigmoid(z)": (torch.sigmoid(gate) * up) @ down_w.T,
         "that is a ReLU gate (ReGLU); SwiGLU uses SiLU": (F.relu(gate) * up) @ down_w.T,
-        "there is no gate: multiply SiLU(gate(x)) by up(x) element by element": F.silu(up) @ down_w.T,
-        "the gate is missing: multiply SiLU(gate(x)) by up(x)": F.silu(gate) @ down_w.T,
+        "only one projection is used, and it is not the gate's: the two projections must be multiplied element by "
+        "element": F.silu(up) @ down_w.T,
+        "the up projection is missing: the two projections must be multiplied element by element": F.silu(gate) @ down_w.T,
+        "the two projections are added; they must be multiplied element by element": (F.silu(gate) + up) @ down_w.T,
         "the gate is GELU here; SwiGLU uses SiLU": (F.gelu(gate) * up) @ down_w.T,
     }
     for message, wrong in mistakes.items():
         if wrong.shape == got.shape and torch.allclose(got, wrong, rtol=1e-4, atol=1e-5):
             return False, message
-    return False, "not down(SiLU(gate(x)) * up(x)); the weights are (out, in) as in nn.Linear, so use x @ W.T"
+    return False, ("not SwiGLU's output: check which projection goes through SiLU, that the two projections are "
+                   "multiplied element by element before down, and the weights' layout (out, in), as in nn.Linear")
 
 
 @checker("13.3")
@@ -184,8 +188,12 @@ def kv_cache_bytes(answer) -> tuple[bool, str]:
     for c, tokens, kv, nbytes, window, sinks, batch in cases:
         right = _cache_bytes(c, tokens, kv, nbytes, window, sinks, batch)
         got = answer(c, tokens, kv, nbytes, window=window, sinks=sinks, batch=batch)
-        if isinstance(got, bool) or not isinstance(got, (int, float)):
-            return False, f"kv_cache_bytes returned {type(got).__name__}; return a number of bytes"
+        if isinstance(got, torch.Tensor) and got.dim() == 0:
+            got = got.item()                                              # a 0-d tensor holds one number
+        if isinstance(got, bool) or not isinstance(got, numbers.Real):   # numbers.Real: numpy scalars too
+            return False, (f"kv_cache_bytes returned {type(got).__name__}; return one number (an int or a float): "
+                           "the bytes")
+        got = int(got) if isinstance(got, numbers.Integral) else float(got)
         if got == right:
             continue
         kept = "every token kept" if window is None else f"a window of {window} and {sinks} sinks"
@@ -266,6 +274,14 @@ def remove_head(answer) -> tuple[bool, str]:
             if torch.allclose(got, probe(x, x, x, causal=True)[0], atol=1e-6):
                 return False, (f"zeroing head {head}'s query makes its attention uniform, not absent: it still adds "
                                "the average of its values. Remove what the head outputs instead")
-        return False, (f"the output differs from removing head {head} alone (head_mask); follow head {head}'s output "
-                       "to where it enters the layer's output projection")
+        for other in range(h):                                       # the right edit, on another head
+            if other != head:
+                probe = copy.deepcopy(base)
+                with torch.no_grad():
+                    probe.w_o.weight[:, other * base.d_k:(other + 1) * base.d_k] = 0
+                    if torch.allclose(got, probe(x, x, x, causal=True)[0], atol=1e-6):
+                        return False, f"that removed head {other}, not head {head}: check which part belongs to head {head}"
+        return False, (f"the output differs from removing head {head} alone (head_mask): part of head {head}'s "
+                       f"contribution is left, or another head's changed too. Find the weights that only head {head}'s "
+                       "output passes through")
     return True, "zeroing the head's input columns of w_o removes its output, exactly as head_mask does"
