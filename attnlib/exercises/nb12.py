@@ -167,7 +167,9 @@ def window_tiles(answer) -> tuple[bool, str]:
 
     The work is counted, not the calls: the FLOPs of all matrix products and attention kernels must stay within
     1.25 x those of the tiles that hold an allowed key (4 * bq * bk * d per tile and head: scores, then weights @
-    values), and no floating-point tensor may be as large as half the (L, L) scores of all heads."""
+    values) and be at least those of the allowed (query, key) pairs themselves (4 * d each), so scores built from
+    elementwise products, which the count cannot see, are refused; and no floating-point tensor may be as large
+    as half the (L, L) scores of all heads."""
     require(callable_problem(answer, "a function fn(q, k, v, window, block_size)"))
     g = torch.Generator().manual_seed(123)
     cases = [(100, 20, 32), (256, 40, 32), (70, 1, 16), (50, 64, 16), (96, 32, 32)]  # (L, window, block)
@@ -199,6 +201,12 @@ def window_tiles(answer) -> tuple[bool, str]:
     if work.largest >= B * h * L * L // 2:
         return False, (f"right output, but for L={L} one of your tensors holds {work.largest:,} numbers, as many as "
                        f"the (L, L) scores of all heads: that is dense attention; compute one tile at a time")
+    allowed = sum(min(i + 1, window) for i in range(L))  # (query, key) pairs the window allows, per head
+    if work.flops < 4 * B * h * d * allowed:
+        return False, (f"right output, but for L={L}, window={window} your matrix products do less work than the "
+                       f"allowed scores alone need: compute each tile's scores and weighted sum with matrix products "
+                       f"(q @ k^T, weights @ v); the check counts the work of matrix products and attention kernels, "
+                       f"and elementwise products summed by hand are not counted")
     if work.flops > 1.25 * needed * per_tile:
         return False, (f"right output, but for L={L}, window={window}, block {block} your matrix products do the work "
                        f"of {work.flops / per_tile:.0f} tiles, and only {needed} tiles hold an allowed key; skip the "
@@ -229,7 +237,8 @@ def rope_layouts(answer, d: int = 16) -> tuple[bool, str]:
         return True, "rotate-half pair (i, i + d/2) lands on interleaved pair (2i, 2i + 1): the same rotation"
     inverse = torch.argsort(perm)
     if torch.allclose(half(x, positions)[:, inverse], interleaved(x[:, inverse], positions), atol=1e-9):
-        return False, ("this is the inverse permutation: it takes interleaved vectors to the rotate-half layout; "
-                       "you need new[j] = old[perm[j]] with old in the rotate-half layout")
+        return False, ("your list moves the dimensions the other way round: with x[..., perm], entry j of the result "
+                       "is dimension perm[j] of x, so perm[j] must name the rotate-half dimension that belongs at "
+                       "interleaved position j")
     return False, ("after your reordering the two layouts still rotate the dimensions differently: find which "
                    "dimensions each layout turns together, and by which angle")
