@@ -149,3 +149,31 @@ def test_53_accepts():
         return mask
 
     assert check("5.3", with_loop, quiet=True)
+
+
+def test_51_accepts_float64():  # a learner who computes in float64 is right too
+    assert check("5.1", lambda m, x, j: scores_of(m, x, j).double().softmax(-1), quiet=True)
+
+
+def by_columns(mha, x, j):  # the head's slice taken from the columns of the (out, in) weight
+    cols = slice(j * mha.d_k, (j + 1) * mha.d_k)
+    q = x @ mha.w_q.weight[:, cols] + mha.w_q.bias[cols]
+    k = x @ mha.w_k.weight[:, cols] + mha.w_k.bias[cols]
+    return (q @ k.transpose(-2, -1) / mha.d_k**0.5).softmax(-1)
+
+
+@pytest.mark.parametrize("wrong, says", [
+    (lambda m, x, j: scaled_by(m, x, j, 1.0), "not scaled"),
+    (lambda m, x, j: scores_of(m, x, j).softmax(-2), "wrong axis"),
+    (by_columns, "not columns"),
+])
+def test_51_names_the_usual_slips(wrong, says):
+    verdict = check("5.1", wrong, quiet=True)
+    assert verdict.ok is False and says in verdict.message, verdict.message
+
+
+def scores_of(mha, x, j):
+    rows = slice(j * mha.d_k, (j + 1) * mha.d_k)
+    q = x @ mha.w_q.weight[rows].T + mha.w_q.bias[rows]
+    k = x @ mha.w_k.weight[rows].T + mha.w_k.bias[rows]
+    return q @ k.transpose(-2, -1) / mha.d_k**0.5

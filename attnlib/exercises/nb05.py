@@ -44,12 +44,17 @@ class _NoCalls:
         return getattr(self._mha, attr)
 
 
-def _head_weights(mha, x: torch.Tensor, j: int, scale: float | None = None, bias: bool = True) -> torch.Tensor:
+def _head_weights(mha, x: torch.Tensor, j: int, scale: float | None = None, bias: bool = True, dim: int = -1,
+                  columns: bool = False) -> torch.Tensor:
+    """Head j's weights, or one of the usual mistakes: another scale, no bias, the softmax over the queries
+    (``dim=-2``), or the head's slice taken from the columns of the (out, in) weight (``columns=True``)."""
     d_k = mha.d_k
     rows = slice(j * d_k, (j + 1) * d_k)
-    q = x @ mha.w_q.weight[rows].T + (mha.w_q.bias[rows] if bias else 0)  # (B, T, d_k)
-    k = x @ mha.w_k.weight[rows].T + (mha.w_k.bias[rows] if bias else 0)
-    return (q @ k.transpose(-2, -1) / (scale or d_k**0.5)).softmax(-1)  # (B, T, T)
+    w_q, w_k = (mha.w_q.weight[:, rows], mha.w_k.weight[:, rows]) if columns else (mha.w_q.weight[rows].T,
+                                                                                   mha.w_k.weight[rows].T)
+    q = x @ w_q + (mha.w_q.bias[rows] if bias else 0)  # (B, T, d_k)
+    k = x @ w_k + (mha.w_k.bias[rows] if bias else 0)
+    return (q @ k.transpose(-2, -1) / (scale or d_k**0.5)).softmax(dim)  # (B, T, T)
 
 
 @checker("5.1")
@@ -77,12 +82,22 @@ def head_by_hand(answer) -> tuple[bool, str]:
                     return False, "build head j from mha.w_q and mha.w_k (weight and bias) instead of calling mha"
                 raise
             require(tensor_problem(got, (2, 5, 5), what=f"head_weights(mha, x, {j}) for x of shape (2, 5, {d})"))
+            if not got.is_floating_point():
+                return False, f"expected floating-point weights, got dtype {got.dtype}"
+            got = got.detach().to(right.dtype)  # float64 answers are fine: compared in the layer's float32
             if torch.allclose(got, right, atol=1e-5):
                 continue
             if torch.allclose(got, right.transpose(-2, -1), atol=1e-5):
                 return False, "the map is transposed: row i is query i, so the weights are softmax(q k^T) over the last axis"
             if torch.allclose(got, _head_weights(mha, x, j, scale=d**0.5), atol=1e-5):
                 return False, "divide by the square root of the head's width d_k = d_model / h, not of d_model"
+            if torch.allclose(got, _head_weights(mha, x, j, scale=1.0), atol=1e-5):
+                return False, "the scores are not scaled: divide q k^T by the square root of the head's width before the softmax"
+            if torch.allclose(got, _head_weights(mha, x, j, dim=-2), atol=1e-5):
+                return False, "the softmax runs over the wrong axis: each query's row (the last axis, the keys) must sum to 1"
+            if h > 1 and torch.allclose(got, _head_weights(mha, x, j, columns=True), atol=1e-5):
+                return False, ("nn.Linear stores its weight as (out_features, in_features): a head's outputs are "
+                               "rows of mha.w_q.weight, not columns")
             if torch.allclose(got, _head_weights(mha, x, j, bias=False), atol=1e-5):
                 return False, "the projections have biases: take the same slice of mha.w_q.bias and mha.w_k.bias"
             if any(torch.allclose(got, right_other, atol=1e-5) for right_other in

@@ -142,6 +142,9 @@ class _CountWork(TorchDispatchMode):
     SDPA = {"_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_attention_math",
             "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention"}
 
+    ELEMENTWISE_PRODUCT = {torch.ops.aten.mul, torch.ops.aten.mul_}
+    REDUCTION = {torch.ops.aten.sum}
+
     def __init__(self):
         super().__init__()
         self.flops, self.largest = 0, 0
@@ -154,6 +157,10 @@ class _CountWork(TorchDispatchMode):
             self.flops += 4 * q.shape[:-1].numel() * k.shape[-2] * q.shape[-1]
         elif packet in flop_registry:
             self.flops += flop_registry[packet](*args, **(kwargs or {}), out_val=out)
+        elif packet in self.ELEMENTWISE_PRODUCT and isinstance(out, torch.Tensor) and out.is_floating_point():
+            self.flops += out.numel()  # products written out by hand (q * k, weights * v) count as work too
+        elif packet in self.REDUCTION and isinstance(args[0], torch.Tensor) and args[0].is_floating_point():
+            self.flops += args[0].numel()  # ... and the sums that finish them
         for t in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(t, torch.Tensor) and t.is_floating_point():
                 self.largest = max(self.largest, t.numel())
@@ -167,7 +174,9 @@ def window_tiles(answer) -> tuple[bool, str]:
 
     The work is counted, not the calls: the FLOPs of all matrix products and attention kernels must stay within
     1.25 x those of the tiles that hold an allowed key (4 * bq * bk * d per tile and head: scores, then weights @
-    values), and no floating-point tensor may be as large as half the (L, L) scores of all heads."""
+    values) and be at least those of the allowed (query, key) pairs themselves (4 * d each). Elementwise products
+    and their sums count too (one FLOP per product and per summed number), so scores written out by hand cannot
+    hide work; and no floating-point tensor may be as large as half the (L, L) scores of all heads."""
     require(callable_problem(answer, "a function fn(q, k, v, window, block_size)"))
     g = torch.Generator().manual_seed(123)
     cases = [(100, 20, 32), (256, 40, 32), (70, 1, 16), (50, 64, 16), (96, 32, 32)]  # (L, window, block)
@@ -199,8 +208,13 @@ def window_tiles(answer) -> tuple[bool, str]:
     if work.largest >= B * h * L * L // 2:
         return False, (f"right output, but for L={L} one of your tensors holds {work.largest:,} numbers, as many as "
                        f"the (L, L) scores of all heads: that is dense attention; compute one tile at a time")
+    allowed = sum(min(i + 1, window) for i in range(L))  # (query, key) pairs the window allows, per head
+    if work.flops < 4 * B * h * d * allowed:
+        return False, (f"right output, but for L={L}, window={window} your products do less work than the allowed "
+                       f"scores alone need: compute each tile's scores and weighted sum with products the check can "
+                       f"count (matrix products, attention kernels, or elementwise products and their sums)")
     if work.flops > 1.25 * needed * per_tile:
-        return False, (f"right output, but for L={L}, window={window}, block {block} your matrix products do the work "
+        return False, (f"right output, but for L={L}, window={window}, block {block} your products do the work "
                        f"of {work.flops / per_tile:.0f} tiles, and only {needed} tiles hold an allowed key; skip the "
                        f"tiles that lie entirely before the window too, not only those in the future ({causal} tiles)")
     return True, (f"right output, and the work of {work.flops / per_tile:.0f} tiles where {needed} tiles hold allowed "
@@ -227,9 +241,11 @@ def rope_layouts(answer, d: int = 16) -> tuple[bool, str]:
     positions = torch.tensor([0, 1, 2, 5, 17, 100, 999, 4096, 50_000])
     if torch.allclose(half(x, positions)[:, perm], interleaved(x[:, perm], positions), atol=1e-9):
         return True, "rotate-half pair (i, i + d/2) lands on interleaved pair (2i, 2i + 1): the same rotation"
-    inverse = torch.argsort(perm)
-    if torch.allclose(half(x, positions)[:, inverse], interleaved(x[:, inverse], positions), atol=1e-9):
-        return False, ("this is the inverse permutation: it takes interleaved vectors to the rotate-half layout; "
-                       "you need new[j] = old[perm[j]] with old in the rotate-half layout")
+    # interleaved position j turns at frequency j // 2; rotate-half dimension k at frequency k % (d / 2)
+    wrong = [j for j in range(d) if int(perm[j]) % (d // 2) != j // 2]
+    if wrong:
+        j = wrong[0]
+        return False, (f"interleaved position {j} turns at frequency {j // 2}, but your list puts rotate-half "
+                       f"dimension {int(perm[j])} there, which turns at frequency {int(perm[j]) % (d // 2)}")
     return False, ("after your reordering the two layouts still rotate the dimensions differently: find which "
                    "dimensions each layout turns together, and by which angle")
