@@ -26,6 +26,9 @@ def test_01_accepts_the_combined_mask_and_its_variants():
     assert check("0.1", _fn(lambda c, r: (c & r[:, None, None, :]).expand(-1, 2, -1, -1).clone()), quiet=True)
     assert check("0.1", _fn(lambda c, r: c & r[:, None, :, None] & r[:, None, None, :]), quiet=True)  # padding queries blocked
     assert check("0.1", _fn(lambda c, r: c & r[:, None, :, None]), quiet=True)  # padding on the queries: the same mask
+    # the padding queries' rows are not judged: their outputs are thrown away
+    assert check("0.1", _fn(lambda c, r: c & (r[:, None, None, :] | torch.eye(len(c), dtype=torch.bool))), quiet=True)
+    assert check("0.1", _fn(lambda c, r: (c & r[:, None, None, :]) | ~r[:, None, :, None]), quiet=True)  # all True
 
 
 def _fixed(mask):

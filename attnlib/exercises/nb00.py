@@ -40,7 +40,8 @@ def _combined_mask_truth(lengths=(6, 4), L: int = 6) -> torch.Tensor:
 
 
 def _rows_right(mask: torch.Tensor, lengths: list[int], L: int) -> bool:
-    """Every real query's row equals the decoder mask's; a padding query's row is that row or all False."""
+    """Every real query's row equals the decoder mask's; a padding query's row may be anything (its output is
+    thrown away)."""
     B = len(lengths)
     try:
         full = mask.expand(B, 2, L, L)
@@ -48,7 +49,7 @@ def _rows_right(mask: torch.Tensor, lengths: list[int], L: int) -> bool:
         return False
     right = _combined_mask_truth(tuple(lengths), L).expand(B, 2, L, L)
     padding_query = (torch.arange(L)[None, :] >= torch.tensor(lengths)[:, None])[:, None, :]  # (B, 1, Lq)
-    return bool(((full == right).all(-1) | (padding_query & ~full.any(-1))).all())
+    return bool(((full == right).all(-1) | padding_query).all())
 
 
 _HELPERS = {"causal_mask", "padding_mask"}
@@ -60,9 +61,8 @@ def decoder_mask_function(answer) -> tuple[bool, str]:
     (B, 1, L, L) of a causal self-attention over sequences of ``lengths`` padded to ``L``.
 
     The mask for lengths (6, 4) and L = 6 goes through :func:`_mask_feedback` (a sentence per mistake); then the
-    function must be right for other batches too. The rows of padding queries may also be all False (their
-    outputs are thrown away; masking the padding on the queries as well gives exactly that): the learner's
-    evidence cannot tell those answers apart.
+    function must be right for other batches too. The rows of padding queries are not judged: their outputs
+    are thrown away, so any row there is as right as another (all False, the decoder mask's row, itself only).
     """
     require(callable_problem(answer, "a function decoder_mask(lengths, L)"))
     used = _HELPERS & set(getattr(getattr(answer, "__code__", None), "co_names", ()))
@@ -84,8 +84,8 @@ def decoder_mask_function(answer) -> tuple[bool, str]:
 def _mask_feedback(answer) -> tuple[bool, str]:
     """The mask of a causal self-attention over 2 sequences of 6 and 4 tokens padded to 6, with a sentence per mistake.
 
-    It must broadcast to (B=2, heads, 6, 6): a query sees itself and earlier keys, never a padding
-    key. The rows of the two padding queries of sequence 2 may also be all False.
+    It must broadcast to (B=2, heads, 6, 6): a real query sees itself and earlier keys, never a padding
+    key. The rows of the two padding queries of sequence 2 are not judged.
     """
     require(tensor_problem(answer, what="the mask"))
     if answer.dtype != torch.bool:
@@ -113,10 +113,9 @@ def _mask_feedback(answer) -> tuple[bool, str]:
     if torch.equal(full, _combined_mask_truth((6, 3)).expand(2, 2, 6, 6)) or torch.equal(
             full, _combined_mask_truth((6, 5)).expand(2, 2, 6, 6)):
         return False, "off by one: sequence 2 has 4 real tokens, positions 0 to 3"
-    padded_queries_blocked = right.clone()
-    padded_queries_blocked[1, :, 4:] = False  # sequence 2's two padding queries attend to nothing
-    if not (torch.equal(full, right) or torch.equal(full, padded_queries_blocked)):
-        b, h, q, k = (full != right).nonzero()[0].tolist()
+    real_query = real[:, None, :, None].expand(2, 2, 6, 6)  # only the real queries' rows are judged
+    if not torch.equal(full[real_query], right[real_query]):
+        b, h, q, k = ((full != right) & real_query).nonzero()[0].tolist()
         yours, should = ("may", "may not") if full[b, h, q, k] else ("may not", "may")
         return False, f"sequence {b + 1}, query {q}: in your mask it {yours} attend to key {k}, but it {should}"
     from attnlib.multihead import MultiHeadAttention
@@ -126,8 +125,8 @@ def _mask_feedback(answer) -> tuple[bool, str]:
     mha = MultiHeadAttention(d_model=8, num_heads=2)
     with torch.no_grad():
         _, w = mha(x, x, x, mask=answer)
-    on_padding = w[1, :, :, 4:].abs().sum().item()
-    on_future = (w * ~causal).abs().sum().item()
+    on_padding = w[1, :, :4, 4:].abs().sum().item()  # the real queries of sequence 2
+    on_future = (w * ~causal * real[:, None, :, None]).abs().sum().item()
     if on_padding or on_future:
         return False, f"with your mask some weight still falls on padding ({on_padding:.3f}) or on later keys ({on_future:.3f})"
     return True, "in a 2-head MultiHeadAttention with your mask, no weight falls on a later key or on a padding key"
