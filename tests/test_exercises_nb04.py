@@ -113,6 +113,17 @@ def with_minus_inf(scores, mask):
     return e / e.sum(-1, keepdim=True).clamp_min(1e-30)
 
 
+def no_clamp_max(scores, mask):  # the row's max taken over the allowed keys, but the exponent not kept <= 0
+    m = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).amax(-1, keepdim=True)
+    e = (scores - m).exp() * mask
+    return e / e.sum(-1, keepdim=True).clamp_min(1e-30)
+
+
+def max_of_masked_product(scores, mask):  # the max over scores * mask: 0 on an empty row, so exp(1000) overflows
+    e = (scores - (scores * mask).amax(-1, keepdim=True)).exp() * mask
+    return e / e.sum(-1, keepdim=True).clamp_min(1e-30)
+
+
 def same_shape_only(scores, mask):
     assert mask.shape == scores.shape
     return right_masked_softmax(scores, mask)
@@ -122,6 +133,8 @@ def same_shape_only(scores, mask):
     (no_max, "1000"),
     (max_over_all, "ALLOWED"),
     (no_clamp, "clamp"),
+    (no_clamp_max, "overflows to inf"),  # it clamps the row sum already: "clamp the sum" would be the wrong advice
+    (max_of_masked_product, "overflows to inf"),
     (lambda s, m: right_masked_softmax(s, ~m), "polarity"),
     (lambda s, m: s.masked_fill(~m, float("-inf")).softmax(-1).nan_to_num(0.0), "softmax"),
     (lambda s, m: s.masked_fill(~m, -1e9).softmax(-1), "softmax"),

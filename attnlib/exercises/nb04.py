@@ -113,6 +113,7 @@ class _OpLog:
 
         names = self.names = set()
         self.minus_inf = False  # did any operation take or make a -inf?
+        self.exp_overflow = False  # did an exp() make a +inf?
         log = self
 
         def has_minus_inf(value):
@@ -126,6 +127,8 @@ class _OpLog:
                 out = func(*args, **(kwargs or {}))
                 if any(has_minus_inf(v) for v in tree_leaves((args, kwargs, out))):
                     log.minus_inf = True
+                if func.__name__.split(".")[0] in ("exp", "exp_") and isinstance(out, torch.Tensor):
+                    log.exp_overflow |= bool(torch.isposinf(out).any())
                 return out
 
         self.mode = Mode()
@@ -175,6 +178,11 @@ def stable_masked_softmax_fn(answer) -> tuple[bool, str]:
         if torch.allclose(got.nan_to_num(-1.0), inverted, atol=1e-5) and what == "ordinary scores":
             return False, "the polarity is inverted: True means 'may attend', so the keys where the mask is False get 0"
         if torch.isnan(got[:, 2]).any() and not torch.isnan(got[:, :2]).any():
+            if log.exp_overflow:  # the NaN came from exp() making an inf (then inf * 0), not from dividing 0 by 0
+                return False, ("the row with no allowed key gives NaN for " + what + ": there exp(score minus your "
+                               "subtracted value) overflows to inf, and inf * 0 = NaN; keep every exponent at or "
+                               "below 0 on such a row too, or choose the values with torch.where instead of "
+                               "multiplying by the mask")
             return False, "the row with no allowed key gives NaN (0 / 0): clamp the row sum away from 0"
         if torch.isnan(got).any() or torch.isinf(got).any():
             if what == "scores near 1000":
