@@ -50,16 +50,19 @@ def _watch(att):
 
 
 class _KeyProjections(TorchFunctionMode):
-    """Counts the torch operations that combine the keys with att.W_h's weight: one per projection of the keys,
-    however it is written (att.W_h(keys), att.project_keys(keys), keys @ att.W_h.weight.T + att.W_h.bias, an
-    einsum, ...). Views of the keys and of the weight made inside the answer (a transpose, a reshape) count as
-    the keys and the weight themselves."""
+    """Counts the torch operations that combine the keys with att.W_h's weight (one per projection, however it is
+    written: att.W_h(keys), att.project_keys(keys), keys @ att.W_h.weight.T + att.W_h.bias, an einsum, ...) and how
+    many key vectors those operations projected in all: a copy of the keys per step (keys.repeat, keys.expand)
+    counts every copy. Views of the keys and of the weight made inside the answer (a transpose, a reshape, an
+    expand) count as the keys and the weight themselves."""
 
     def __init__(self, weight: torch.Tensor, keys: torch.Tensor):
         super().__init__()
         self.weight_ids, self.key_ids = {id(weight)}, {id(keys)}
         self.kept = [weight, keys]  # held, so that no other tensor can take one of these ids during the check
-        self.count = 0
+        self.key_dim = keys.shape[-1]
+        self.count = 0    # operations that projected keys
+        self.vectors = 0  # key vectors projected by them (B * L for one projection of the keys)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -68,6 +71,7 @@ class _KeyProjections(TorchFunctionMode):
         of_keys = [id(x) in self.key_ids for x in tensors]
         if any(of_weight) and any(of_keys):
             self.count += 1                      # a projection of the keys
+            self.vectors += sum(x.numel() for x, k in zip(tensors, of_keys) if k) // max(self.key_dim, 1)
         elif tensors and all(of_weight):
             self._follow(out, self.weight_ids)   # e.g. att.W_h.weight.T
         elif tensors and all(of_keys):
@@ -138,10 +142,14 @@ def step_weights_keys_once(answer) -> tuple[bool, str]:
     require(_weights_problem(got, right, key_padding_mask, B, T, L))
     if not torch.allclose(got.detach(), right, atol=1e-5):
         return False, f"the weights differ from AdditiveAttention's step by step: {_WRONG_SCORE}"
-    if projections.count > 1:
+    if projections.vectors > B * L and projections.count > 1:
         return False, (f"the weights are right, but the keys were projected {projections.count} times (with att.W_h's "
                        "weight): their half of the score does not change between steps, so project them once, before "
                        "the steps, and give every step the projection")
+    if projections.vectors > B * L:
+        return False, (f"the weights are right, but your keys were projected for every step: the projection held "
+                       f"{projections.vectors} key vectors, not the B * L = {B * L} keys. Project the keys (B, L, Dk) "
+                       "themselves once, with no copy per step, and let every step reuse the result")
     return True, f"every step's weights equal AdditiveAttention's, with the keys projected once for {T} steps"
 
 
@@ -172,24 +180,26 @@ def all_step_weights(answer) -> tuple[bool, str]:
     if calls["W_s"][0] != B * T:
         return False, (f"the weights are right, but att.W_s's one call held {calls['W_s'][0]} vectors, not the "
                        f"B * T = {B * T} queries: project each query once, then broadcast the result over the keys")
+    if calls["W_h"][0] != B * L:
+        return False, (f"the weights are right, but your keys were projected for every step: att.W_h's one call held "
+                       f"{calls['W_h'][0]} vectors, not the B * L = {B * L} keys: project each key once, then broadcast "
+                       "the result over the steps")
     return True, f"every step's weights equal AdditiveAttention's, each layer called once for all {T} steps"
 
 
-class _FakeDates:
-    """Made-up test data: input texts, field spans and a length, like attnlib's Seq2SeqData."""
+def _date_data(dates: list[tuple[str, int]]):
+    """Made-up test data, built like make_dates: each (YYYY-MM-DD, format) written with format_date, as a
+    Seq2SeqData (src_raw, tgt_raw, spans, src, tgt, len) with make_dates' vocabularies."""
+    import datetime as dt
 
-    def __init__(self, src_raw: list[str]):
-        self.src_raw = src_raw
-        self.spans = [_spans(text) for text in src_raw]
+    from attnlib.data import Seq2SeqData, Vocab
+    from attnlib.dates import format_date
 
-    def __len__(self) -> int:
-        return len(self.src_raw)
-
-
-def _spans(text: str) -> dict[str, tuple[int, int]]:
-    if len(text) == 8 and text[2] == "." and text[5] == ".":
-        return {"day": (0, 2), "month": (3, 5), "year": (6, 8)}
-    return {"day": (0, 0), "month": (0, 0), "year": (len(text) - 4, len(text))}  # enough for the made-up texts
+    written = [format_date(dt.date.fromisoformat(day), f) for day, f in dates]
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return Seq2SeqData.from_raw([text for text, _ in written], [day for day, _ in dates],
+                                Vocab("0123456789" + letters + letters.upper() + " ,./-"), Vocab("0123456789-"),
+                                [spans for _, spans in written])
 
 
 def _format1(data) -> list[int]:
@@ -210,14 +220,17 @@ def tens_digit_share(answer, top: torch.Tensor, data) -> tuple[bool, str]:
 
     Run on made-up argmax positions, and on the notebook's own ``top`` and ``data``."""
     require(callable_problem(answer, "a function tens_digit_share(top, data)"))
-    fake = _FakeDates(["27.11.31", "may 1, 2001", "01.02.99", "1 may 1960", "02.03.04", "05.06.71"])
-    fake_top = torch.tensor([[6, 7, 0], [6, 6, 0], [6, 6, 0], [6, 0, 0], [7, 6, 0], [6, 2, 0]])  # 5 of the 8 century rows on input 6
-    for name, (t, d) in {"made-up argmax positions": (fake_top, fake), "this model's maps": (top, data)}.items():
+    fake = _date_data([("2031-11-27", 1), ("2001-05-01", 2), ("1999-02-01", 1), ("1960-05-01", 3), ("2004-03-02", 1),
+                       ("1971-06-05", 1)])  # 27.11.31, May 1, 2001, 01.02.99, 1 may 1960, 02.03.04, 05.06.71
+    fake_top = torch.zeros(6, 11, dtype=torch.long)  # (N, T): the made-up argmax position of every output character
+    fake_top[:, :2] = torch.tensor([[6, 7], [6, 6], [6, 6], [6, 0], [7, 6], [6, 2]])  # 5 of the 8 century rows on input 6
+    for name, (t, d) in {"the made-up argmax positions": (fake_top, fake), "this model's maps": (top, data)}.items():
         try:
             got = answer(t, d)
         except Exception as err:  # noqa: BLE001  the learner's own code failed
             return False, (f"your function raised {err.__class__.__name__}: {err}; it gets top (N, T) and data "
-                           "(data.src_raw, the input texts; data.spans, each field's input span; len(data))")
+                           "(data.src_raw, the input texts; data.tgt_raw, the dates as YYYY-MM-DD; data.spans, each "
+                           "field's input span; len(data))")
         try:
             got = float(got)
         except (TypeError, ValueError):
@@ -239,6 +252,6 @@ def tens_digit_share(answer, top: torch.Tensor, data) -> tuple[bool, str]:
         everyone = [(i, p) for i in range(len(d.src_raw)) for p in (0, 1)]
         if abs(got - share(lambda i, p: int(t[i, p]) == 6, everyone)) < 1e-6:
             return False, "that is over all dates; keep only those written like 27.11.31 (a two-digit year)"
-        return False, f"on the {name} your function does not give the share of format-1 century rows whose argmax is the year's tens digit"
+        return False, f"on {name} your function does not give the share of format-1 century rows whose argmax is the year's tens digit"
     fmt1, _ = tens_digit_truth(top, data)
     return True, f"your function finds the {len(fmt1)} format-1 dates here and the share of their century rows on the tens digit"
