@@ -1,6 +1,7 @@
 """Notebook 10's checkers: each rejects the mistakes learners make and accepts the right answer."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -39,7 +40,10 @@ def padded_batch(model, src, seqs, eos=True, eos_last=False, pad_id=None, bos_in
               "raw_logits": lambda: (-logits.gather(-1, tgt[..., None])[..., 0])[real].mean(),
               "unshifted": lambda: (-model.decode(tgt, model.encode(src).memory).log_softmax(-1)
                                     .gather(-1, tgt[..., None])[..., 0])[real].mean(),
-              "float": lambda: float(nll[real].mean()), "vector": lambda: nll[real]}
+              "float": lambda: float(nll[real].mean()), "vector": lambda: nll[real],
+              "numpy": lambda: nll[real].mean().detach().numpy(),  # a 0-d array
+              "np_float32": lambda: np.float32(nll[real].mean().item()),
+              "numpy_vector": lambda: nll[real].detach().numpy()}
     return tgt, inputs, losses[loss]() if nll is not None else torch.tensor(0.0)
 
 
@@ -52,7 +56,8 @@ def tiny_and_batch():
     return model, torch.randint(3, 20, (3, 9), generator=torch.Generator().manual_seed(0)), seqs
 
 
-@pytest.mark.parametrize("options", [{}, {"tgt_in": "unpadded"}, {"loss": "float"}])
+@pytest.mark.parametrize("options", [{}, {"tgt_in": "unpadded"}, {"loss": "float"}, {"loss": "numpy"},
+                                     {"loss": "np_float32"}, {"tgt_in": "unpadded", "loss": "numpy"}])
 def test_10_1_accepts_the_padded_batch(tiny_and_batch, options):
     model, src, seqs = tiny_and_batch
     verdict = check("10.1", lambda m, s, q: padded_batch(m, s, q, **options), quiet=True, seqs=seqs, model=model,
@@ -67,13 +72,15 @@ def test_10_1_accepts_the_padded_batch(tiny_and_batch, options):
     (dict(eos=False, eos_last=True), "after the pads"),
     (dict(pad_id=2), "other than the pad id"),
     (dict(bos_in_tgt=True), "starts with <bos>"),
-    (dict(width=lambda q: len(q[0]) + 1), "your function raised"),  # the width of row 0: the longer row does not fit
+    (dict(width=lambda q: len(q[0]) + 1), "L must fit every sequence"),  # row 0's width: a longer row does not fit
     (dict(width=lambda q: max(map(len, q)) + 2), "no longer"),
     (dict(tgt_in="itself"), "the target itself"),
     (dict(tgt_in="left"), "shifted left"),
     (dict(tgt_in="eos_first"), "must start with <bos>"),
     (dict(tgt_in="one_longer"), "one input per target position"),
     (dict(loss="pads"), "counts the pad positions"),
+    (dict(tgt_in="unpadded", loss="pads"), "counts the pad positions"),  # slips computed on the learner's tgt_in
+    (dict(tgt_in="unpadded", loss="per_sequence"), "averages each sequence first"),
     (dict(loss="input_mask"), "picked from the decoder input"),
     (dict(loss="no_eos"), "leaves out the <eos> positions"),
     (dict(loss="per_sequence"), "averages each sequence first"),
@@ -82,6 +89,7 @@ def test_10_1_accepts_the_padded_batch(tiny_and_batch, options):
     (dict(loss="raw_logits"), "log_softmax"),
     (dict(loss="unshifted"), "the target itself fed as the decoder input"),
     (dict(loss="vector"), "one number"),
+    (dict(loss="numpy_vector"), "got an array of shape"),
 ])
 def test_10_1_rejects_typical_mistakes(tiny_and_batch, options, says):
     model, src, seqs = tiny_and_batch

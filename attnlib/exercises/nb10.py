@@ -1,6 +1,9 @@
 """Checkers for notebook 10's exercises (the encoder-decoder transformer)."""
 from __future__ import annotations
 
+import numbers
+
+import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -77,19 +80,23 @@ def _input_problem(answer, tgt: torch.Tensor, right: torch.Tensor, pad: int, bos
 
 
 def _loss_problem(answer, model, src: torch.Tensor, tgt: torch.Tensor, tgt_in: torch.Tensor) -> str | None:
-    """A sentence saying what is wrong with the loss, or None; the typical slips are recomputed and named."""
-    if isinstance(answer, torch.Tensor):
-        if answer.numel() != 1:
-            return (f"the loss should be one number (a 0-d tensor or a float), got a tensor of shape "
+    """A sentence saying what is wrong with the loss, or None; the typical slips are recomputed and named. ``tgt_in``
+    is the learner's decoder input, already accepted: it may differ from the shift right where the target is a pad,
+    which changes the logits there (so the slips that count those positions) but not at the real positions."""
+    if isinstance(answer, (torch.Tensor, np.ndarray)):
+        size, kind = (answer.size, "an array") if isinstance(answer, np.ndarray) else (answer.numel(), "a tensor")
+        if size != 1:
+            return (f"the loss should be one number (a 0-d tensor or a float), got {kind} of shape "
                     f"{tuple(answer.shape)}")
         answer = answer.item()
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
+    if isinstance(answer, (bool, np.bool_)) or not isinstance(answer, numbers.Real):
         return f"the loss should be one number (a 0-d tensor or a float), got {type(answer).__name__}"
+    answer = float(answer)  # a Python, NumPy or 0-d tensor number alike
     from ..training import sequence_loss
 
     pad, eos = model.pad_id, model.eos_id
     memory = model.encode(src).memory
-    logits = model.decode(tgt_in, memory)  # (B, L, V)
+    logits = model.decode(tgt_in.long(), memory)  # (B, L, V), on the learner's own (accepted) decoder input
     real = tgt != pad
 
     def nll(lg):  # (B, L): minus the log-probability of each target token
@@ -142,7 +149,8 @@ def padded_batch(answer, seqs, model, src: torch.Tensor) -> tuple[bool, str]:
             with torch.no_grad():
                 out = answer(model, source, [list(s) for s in batch])
         except Exception as error:  # e.g. a row longer than a width read off another row
-            return False, f"{where}your function raised {type(error).__name__}: {error}"
+            return False, (f"{where}your function raised {type(error).__name__}: {error} (if a row did not fit: "
+                           "L must fit every sequence of the batch with its <eos>, whichever row it sits in)")
         if not isinstance(out, (tuple, list)) or len(out) != 3:
             got = f"{len(out)} values" if isinstance(out, (tuple, list)) else type(out).__name__
             return False, f"expected the function to return three values (tgt, tgt_in, loss), got {got}"
@@ -150,7 +158,7 @@ def padded_batch(answer, seqs, model, src: torch.Tensor) -> tuple[bool, str]:
         right_tgt, right_in = _reference_batch(batch, pad, bos, eos)
         for problem in (lambda: _target_problem(tgt, batch, right_tgt, pad, bos, eos),
                         lambda: _input_problem(tgt_in, right_tgt, right_in, pad, bos),
-                        lambda: _loss_problem(loss, model, source, right_tgt, right_in)):
+                        lambda: _loss_problem(loss, model, source, right_tgt, tgt_in)):
             with torch.no_grad():
                 said = problem()
             if said:
