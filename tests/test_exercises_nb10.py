@@ -1,6 +1,7 @@
 """Notebook 10's checkers: each rejects the mistakes learners make and accepts the right answer."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -8,28 +9,109 @@ from attnlib import greedy_decode
 from attnlib.seq2seq_transformer import Seq2SeqTransformer, Seq2SeqTransformerConfig
 from attnlib.exercises import check
 
-TGT = torch.tensor([[5, 6, 7, 2, 0], [8, 9, 2, 0, 0], [3, 4, 5, 6, 2]])  # targets end with <eos> = 2, pad = 0
-RIGHT_TGT_IN = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 9, 2, 0], [1, 3, 4, 5, 6]])
+def padded_batch(model, src, seqs, eos=True, eos_last=False, pad_id=None, bos_in_tgt=False, width=None,
+                 tgt_in="shift", loss="right"):
+    """Exercise 1's solution; the keywords switch on the mistakes learners make."""
+    pad = model.pad_id if pad_id is None else pad_id
+    rows = [list(s) + ([model.eos_id] if eos and not eos_last else []) for s in seqs]
+    L = max(len(r) for r in rows) + (1 if eos_last else 0) if width is None else width(seqs)
+    tgt = torch.full((len(rows), L), pad, dtype=torch.long)
+    for i, r in enumerate(rows):
+        tgt[i, : len(r)] = torch.tensor(r)
+        if eos_last:
+            tgt[i, -1] = model.eos_id
+    if bos_in_tgt:
+        tgt = torch.cat([torch.full((len(rows), 1), model.bos_id), tgt], 1)
+    bos = torch.full((len(rows), 1), model.bos_id)
+    inputs = {"shift": torch.cat([bos, tgt[:, :-1]], 1),
+              "unpadded": torch.cat([bos, torch.tensor([s + [model.pad_id] * (L - 1 - len(s)) for s in seqs])], 1)
+              if L - 1 >= max(map(len, seqs)) else None,  # <bos> + the sequence, then pads: right as well
+              "itself": tgt, "left": torch.cat([tgt[:, 1:], torch.full((len(rows), 1), model.pad_id)], 1),
+              "eos_first": torch.cat([torch.full((len(rows), 1), model.eos_id), tgt[:, :-1]], 1),
+              "one_longer": torch.cat([bos, tgt], 1)}[tgt_in]
+    logits = model.decode(inputs if tgt_in != "one_longer" else inputs[:, :-1], model.encode(src).memory)
+    nll = -logits.log_softmax(-1).gather(-1, tgt[..., None])[..., 0] if tgt.shape == logits.shape[:2] else None
+    real = tgt != model.pad_id
+    losses = {"right": lambda: nll[real].mean(), "pads": lambda: nll.mean(),
+              "no_eos": lambda: nll[real & (tgt != model.eos_id)].mean(),
+              "per_sequence": lambda: ((nll * real).sum(1) / real.sum(1)).mean(),
+              "sum": lambda: nll[real].sum(), "sign": lambda: -nll[real].mean(),
+              "input_mask": lambda: nll[inputs != model.pad_id].mean(),
+              "raw_logits": lambda: (-logits.gather(-1, tgt[..., None])[..., 0])[real].mean(),
+              "unshifted": lambda: (-model.decode(tgt, model.encode(src).memory).log_softmax(-1)
+                                    .gather(-1, tgt[..., None])[..., 0])[real].mean(),
+              "float": lambda: float(nll[real].mean()), "vector": lambda: nll[real],
+              "numpy": lambda: nll[real].mean().detach().numpy(),  # a 0-d array
+              "np_float32": lambda: np.float32(nll[real].mean().item()),
+              "numpy_vector": lambda: nll[real].detach().numpy()}
+    return tgt, inputs, losses[loss]() if nll is not None else torch.tensor(0.0)
 
 
-@pytest.mark.parametrize("wrong, says", [
-    (TGT, "the target itself"),
-    (torch.cat([TGT[:, 1:], torch.zeros(3, 1, dtype=torch.long)], 1), "shifted left"),
-    (torch.cat([torch.ones(3, 1, dtype=torch.long), TGT], 1), "one too long"),
-    (TGT[:, :-1], "one too short"),
-    (torch.cat([torch.full((3, 1), 2), TGT[:, :-1]], 1), "must start with <bos>"),
-    ("1 5 6 7 2", "TypeError"),
-    (RIGHT_TGT_IN.float(), "integers"),  # the right values, but not ids an embedding can look up
+@pytest.fixture(scope="module")
+def tiny_and_batch():
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(Seq2SeqTransformerConfig(20, 12, d_model=16, num_heads=2, num_encoder_layers=1,
+                                                        num_decoder_layers=2, d_ff=32)).eval()
+    seqs = [[7, 4, 9], [5, 11, 3, 8, 6], [10]]  # as in the notebook: the longest is not the first
+    return model, torch.randint(3, 20, (3, 9), generator=torch.Generator().manual_seed(0)), seqs
+
+
+@pytest.mark.parametrize("options", [{}, {"tgt_in": "unpadded"}, {"loss": "float"}, {"loss": "numpy"},
+                                     {"loss": "np_float32"}, {"tgt_in": "unpadded", "loss": "numpy"}])
+def test_10_1_accepts_the_padded_batch(tiny_and_batch, options):
+    model, src, seqs = tiny_and_batch
+    verdict = check("10.1", lambda m, s, q: padded_batch(m, s, q, **options), quiet=True, seqs=seqs, model=model,
+                    src=src)
+    assert verdict.ok, verdict.message
+    assert check("10.1", None, quiet=True, seqs=seqs, model=model, src=src).ok is None
+
+
+@pytest.mark.parametrize("options, says", [
+    (dict(eos=False), "has no <eos>"),
+    (dict(eos=False, width=lambda q: max(map(len, q)) + 1), "row 0 has no <eos>"),
+    (dict(eos=False, eos_last=True), "after the pads"),
+    (dict(pad_id=2), "other than the pad id"),
+    (dict(bos_in_tgt=True), "starts with <bos>"),
+    (dict(width=lambda q: len(q[0]) + 1), "L must fit every sequence"),  # row 0's width: a longer row does not fit
+    (dict(width=lambda q: max(map(len, q)) + 2), "no longer"),
+    (dict(tgt_in="itself"), "the target itself"),
+    (dict(tgt_in="left"), "shifted left"),
+    (dict(tgt_in="eos_first"), "must start with <bos>"),
+    (dict(tgt_in="one_longer"), "one input per target position"),
+    (dict(loss="pads"), "counts the pad positions"),
+    (dict(tgt_in="unpadded", loss="pads"), "counts the pad positions"),  # slips computed on the learner's tgt_in
+    (dict(tgt_in="unpadded", loss="per_sequence"), "averages each sequence first"),
+    (dict(loss="input_mask"), "picked from the decoder input"),
+    (dict(loss="no_eos"), "leaves out the <eos> positions"),
+    (dict(loss="per_sequence"), "averages each sequence first"),
+    (dict(loss="sum"), "not their mean"),
+    (dict(loss="sign"), "wrong sign"),
+    (dict(loss="raw_logits"), "log_softmax"),
+    (dict(loss="unshifted"), "the target itself fed as the decoder input"),
+    (dict(loss="vector"), "one number"),
+    (dict(loss="numpy_vector"), "got an array of shape"),
 ])
-def test_10_1_rejects_typical_mistakes(wrong, says):
-    verdict = check("10.1", wrong, quiet=True, tgt=TGT)
-    assert verdict.ok is False and says in verdict.message
+def test_10_1_rejects_typical_mistakes(tiny_and_batch, options, says):
+    model, src, seqs = tiny_and_batch
+    verdict = check("10.1", lambda m, s, q: padded_batch(m, s, q, **options), quiet=True, seqs=seqs, model=model,
+                    src=src)
+    assert verdict.ok is False and says in verdict.message, verdict.message
 
 
-def test_10_1_accepts_the_shifted_target():
-    assert check("10.1", RIGHT_TGT_IN, quiet=True, tgt=TGT)
-    assert check("10.1", RIGHT_TGT_IN.tolist(), quiet=True, tgt=TGT)  # a nested list is fine too
-    assert check("10.1", None, quiet=True, tgt=TGT).ok is None
+def test_10_1_runs_a_reordered_batch_too(tiny_and_batch):
+    """A width read off the longest row of the notebook's batch (row 1) fails once the rows move."""
+    model, src, seqs = tiny_and_batch
+    wrong = lambda m, s, q: padded_batch(m, s, q, width=lambda r: len(r[1]) + 1)
+    verdict = check("10.1", wrong, quiet=True, seqs=seqs, model=model, src=src)
+    assert verdict.ok is False and verdict.message.startswith("on the same sequences moved up one row"), \
+        verdict.message
+
+
+def test_10_1_says_what_the_answer_must_be(tiny_and_batch):
+    model, src, seqs = tiny_and_batch
+    assert "expected a function" in check("10.1", [1, 2], quiet=True, seqs=seqs, model=model, src=src).message
+    two = lambda m, s, q: padded_batch(m, s, q)[:2]
+    assert "three values" in check("10.1", two, quiet=True, seqs=seqs, model=model, src=src).message
 
 
 SRC = torch.tensor([[4, 5, 6, 2], [7, 2, 0, 0]])

@@ -1,6 +1,9 @@
 """Checkers for notebook 10's exercises (the encoder-decoder transformer)."""
 from __future__ import annotations
 
+import numbers
+
+import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -8,41 +11,161 @@ from . import checker, require
 from .nb00 import callable_problem
 
 
-def _ids(answer, name: str) -> torch.Tensor:
-    if isinstance(answer, (list, tuple)):
-        answer = torch.tensor(answer)
+def _reference_batch(seqs, pad: int, bos: int, eos: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The checker's own target ``(B, L)`` (each sequence, ``<eos>``, pads) and decoder input ``(B, L)``."""
+    from ..data import pad_sequences, shift_right
+
+    tgt = pad_sequences([list(s) + [eos] for s in seqs], pad)  # (B, L), L = longest + 1
+    return tgt, shift_right(tgt, bos)
+
+
+def _target_problem(answer, seqs, right: torch.Tensor, pad: int, bos: int, eos: int) -> str | None:
+    """A sentence saying what is wrong with the padded target, or None."""
     if not isinstance(answer, torch.Tensor):
-        raise TypeError(f"expected {name} as a torch.Tensor of token ids, got {type(answer).__name__}")
-    return answer
+        return f"tgt should be a torch.Tensor of token ids, got {type(answer).__name__}"
+    if answer.is_floating_point() or answer.is_complex() or answer.dtype == torch.bool:
+        return f"tgt has dtype {answer.dtype}: token ids are integers (torch.long), which the loss looks up"
+    B, L = right.shape
+    if answer.dim() != 2 or answer.shape[0] != B:
+        return f"tgt should have one row per sequence, shape (B, L) with B = {B}, got {tuple(answer.shape)}"
+    if answer.shape[1] == L + 1 and bool((answer[:, 0] == bos).all()):
+        return ("tgt starts with <bos>: <bos> is the decoder's first input, never something the model must predict, "
+                "so it has no place in the target")
+    if answer.shape[1] == L - 1 and not bool((answer == eos).any()):
+        return ("tgt has no <eos>: every sequence needs one right after its last token (the model must learn where "
+                "to stop), and the longest sequence then needs one more column")
+    if answer.shape[1] != L:
+        return (f"tgt has {answer.shape[1]} columns: a batch is as long as its longest row, here the longest sequence "
+                "plus its <eos>, and no longer")
+    for b, seq in enumerate(seqs):
+        n, row = len(seq), answer[b].tolist()
+        if row[:n] != list(seq):
+            return f"tgt's row {b} does not start with sequence {b}'s tokens, in order"
+        if row[n] != eos:
+            if eos in row[n:]:
+                return (f"tgt's row {b} has its <eos> after the pads: <eos> comes right after the last real token, "
+                        "the pads after it")
+            return (f"tgt's row {b} has no <eos> (id {eos}) right after its last token: the model must learn where "
+                    "to stop")
+        if any(i != pad for i in row[n + 1:]):
+            return (f"tgt's row {b} holds ids other than the pad id ({pad}) after its <eos>: everything after <eos> "
+                    "is padding")
+    return None
+
+
+def _input_problem(answer, tgt: torch.Tensor, right: torch.Tensor, pad: int, bos: int) -> str | None:
+    """A sentence saying what is wrong with the decoder input, or None. Where the target is a pad, any input is right:
+    under the causal mask it only reaches outputs whose targets are pads too, which the loss skips."""
+    if not isinstance(answer, torch.Tensor):
+        return f"tgt_in should be a torch.Tensor of token ids, got {type(answer).__name__}"
+    if answer.is_floating_point() or answer.is_complex() or answer.dtype == torch.bool:
+        return f"tgt_in has dtype {answer.dtype}: token ids are integers (torch.long), which the embedding looks up"
+    if answer.shape != tgt.shape:
+        return (f"tgt_in has shape {tuple(answer.shape)}, the target {tuple(tgt.shape)}: the decoder gets one input "
+                "per target position")
+    if torch.equal(answer, tgt):
+        return ("tgt_in is the target itself: position t would be shown the very token it must predict, so the "
+                "model learns to copy")
+    if torch.equal(answer[:, :-1], tgt[:, 1:]):
+        return "tgt_in is the target shifted left (the future): position t must see targets 0..t-1 only"
+    if not bool((answer[:, 0] == bos).all()):
+        return f"every row of tgt_in must start with <bos> (id {bos}), the input of the first position"
+    real = tgt != pad
+    wrong = ((answer != right) & real).nonzero()
+    if len(wrong):
+        b, t = wrong[0].tolist()
+        return (f"tgt_in's row {b}, position {t} is not what teacher forcing feeds there: position t is given the "
+                "target tokens before position t")
+    return None
+
+
+def _loss_problem(answer, model, src: torch.Tensor, tgt: torch.Tensor, tgt_in: torch.Tensor) -> str | None:
+    """A sentence saying what is wrong with the loss, or None; the typical slips are recomputed and named. ``tgt_in``
+    is the learner's decoder input, already accepted: it may differ from the shift right where the target is a pad,
+    which changes the logits there (so the slips that count those positions) but not at the real positions."""
+    if isinstance(answer, (torch.Tensor, np.ndarray)):
+        size, kind = (answer.size, "an array") if isinstance(answer, np.ndarray) else (answer.numel(), "a tensor")
+        if size != 1:
+            return (f"the loss should be one number (a 0-d tensor or a float), got {kind} of shape "
+                    f"{tuple(answer.shape)}")
+        answer = answer.item()
+    if isinstance(answer, (bool, np.bool_)) or not isinstance(answer, numbers.Real):
+        return f"the loss should be one number (a 0-d tensor or a float), got {type(answer).__name__}"
+    answer = float(answer)  # a Python, NumPy or 0-d tensor number alike
+    from ..training import sequence_loss
+
+    pad, eos = model.pad_id, model.eos_id
+    memory = model.encode(src).memory
+    logits = model.decode(tgt_in.long(), memory)  # (B, L, V), on the learner's own (accepted) decoder input
+    real = tgt != pad
+
+    def nll(lg):  # (B, L): minus the log-probability of each target token
+        return -lg.log_softmax(-1).gather(-1, tgt[..., None])[..., 0]
+
+    per = nll(logits)
+    right = float(sequence_loss(model(src, tgt), tgt, pad))  # the training loop's loss (ignore_index = pad)
+    if abs(answer - right) <= 1e-4 * max(1.0, abs(right)):
+        return None
+    slips = [
+        (per.mean(), "the loss counts the pad positions too, but they belong to no sequence and get no loss"),
+        (per[tgt_in != pad].mean(), ("the loss counts positions whose target is a pad (its real positions were picked "
+                                     "from the decoder input); pick them from the target")),
+        (per[real & (tgt != eos)].mean(), ("the loss leaves out the <eos> positions, but predicting the end is part "
+                                           "of the task: <eos> is a real target token")),
+        (((per * real).sum(1) / real.sum(1)).mean(), ("the loss averages each sequence first, which weighs a short "
+                                                      "sequence's tokens more; take one mean over all the real "
+                                                      "positions of the batch")),
+        (per[real].sum(), "the loss is the sum over the real positions, not their mean"),
+        (-per[real].mean(), "the loss has the wrong sign: it is minus the log-probability of the right token"),
+        ((-logits.gather(-1, tgt[..., None])[..., 0])[real].mean(), ("the loss reads the logits as "
+                                                                   "log-probabilities; take log_softmax over the "
+                                                                   "vocabulary first")),
+        (nll(model.decode(tgt, memory))[real].mean(), ("the loss comes from logits of the target itself fed as the "
+                                                        "decoder input; run the decoder on tgt_in")),
+    ]
+    for value, says in slips:
+        value = float(value)
+        if abs(value - right) > 1e-4 * max(1.0, abs(right)) and abs(answer - value) <= 1e-4 * max(1.0, abs(value)):
+            return says
+    return ("the loss differs from the mean cross-entropy of the model's logits over the real target positions "
+            "(run the decoder on tgt_in with the memory of src, then average minus the log-probabilities of the "
+            "target tokens where the target is not a pad)")
 
 
 @checker("10.1")
-def decoder_input(answer, tgt: torch.Tensor, bos_id: int = 1) -> tuple[bool, str]:
-    """The decoder input for teacher forcing: ``<bos>`` then ``tgt[:, :-1]``, shape ``(B, Lt)``."""
-    answer = _ids(answer, "tgt_in")
-    if answer.is_floating_point() or answer.is_complex() or answer.dtype == torch.bool:
-        return False, (f"the ids have dtype {answer.dtype}: token ids are integers (torch.long, like tgt), which the "
-                       "embedding layer looks up")
-    right = torch.cat([tgt.new_full((tgt.shape[0], 1), bos_id), tgt[:, :-1]], dim=1)
-    if answer.shape != right.shape:
-        if answer.shape == (tgt.shape[0], tgt.shape[1] + 1):
-            return False, (f"shape {tuple(answer.shape)} is one too long: drop the last target token, since no "
-                           "position has to predict anything after it")
-        if answer.shape == (tgt.shape[0], tgt.shape[1] - 1):
-            return False, (f"shape {tuple(answer.shape)} is one too short: the decoder needs one input per target "
-                           "token, (B, Lt) = " + str(tuple(tgt.shape)))
-        return False, f"expected shape {tuple(right.shape)} (one input per target position), got {tuple(answer.shape)}"
-    if torch.equal(answer, tgt):
-        return False, ("this is the target itself: position t would be shown the very token it must predict, "
-                       "so the model learns to copy and fails at generation")
-    if torch.equal(answer[:, :-1], tgt[:, 1:]):
-        return False, "this is shifted left (the future): shift right, so position t sees targets 0..t-1"
-    if not (answer[:, 0] == bos_id).all():
-        return False, f"every row must start with <bos> (id {bos_id}); the first column holds {answer[:, 0].tolist()}"
-    if not torch.equal(answer, right):
-        wrong = (answer != right).nonzero()[0].tolist()
-        return False, f"row {wrong[0]}, position {wrong[1]} is not what teacher forcing feeds there"
-    return True, "<bos>, then the target shifted right by one"
+def padded_batch(answer, seqs, model, src: torch.Tensor) -> tuple[bool, str]:
+    """A function ``fn(model, src, seqs) -> (tgt, tgt_in, loss)`` for target id lists ``seqs`` of different lengths
+    (no ``<eos>``): the padded target ``(B, L)`` (each sequence, ``<eos>``, then pads; L = longest + 1), the decoder
+    input ``(B, L)`` teacher forcing feeds, and the teacher-forced loss, the mean cross-entropy over the target's
+    real (non-pad) positions, which must equal attnlib's ``sequence_loss`` on the same batch. It is run on ``seqs`` and
+    on the same sequences each moved up one row (so that a length read off one row, not the batch, shows)."""
+    require(callable_problem(answer, "a function fn(model, src, seqs) returning (tgt, tgt_in, loss)"))
+    pad, bos, eos = model.pad_id, model.bos_id, model.eos_id
+    seqs = [list(s) for s in seqs]
+    moved = seqs[1:] + seqs[:1], torch.cat([src[1:], src[:1]])  # every row moved up one, the first to the end
+    for order, (batch, source) in enumerate(((seqs, src), moved)):
+        where = "" if order == 0 else "on the same sequences moved up one row each (the first one last), "
+        try:
+            with torch.no_grad():
+                out = answer(model, source, [list(s) for s in batch])
+        except Exception as error:  # e.g. a row longer than a width read off another row
+            return False, (f"{where}your function raised {type(error).__name__}: {error} (if a row did not fit: "
+                           "L must fit every sequence of the batch with its <eos>, whichever row it sits in)")
+        if not isinstance(out, (tuple, list)) or len(out) != 3:
+            got = f"{len(out)} values" if isinstance(out, (tuple, list)) else type(out).__name__
+            return False, f"expected the function to return three values (tgt, tgt_in, loss), got {got}"
+        tgt, tgt_in, loss = out
+        right_tgt, right_in = _reference_batch(batch, pad, bos, eos)
+        for problem in (lambda: _target_problem(tgt, batch, right_tgt, pad, bos, eos),
+                        lambda: _input_problem(tgt_in, right_tgt, right_in, pad, bos),
+                        lambda: _loss_problem(loss, model, source, right_tgt, tgt_in)):
+            with torch.no_grad():
+                said = problem()
+            if said:
+                return False, where + said
+    return True, ("<eos> after each sequence, then pads; <bos> and the target shifted right as the input (what it "
+                  "holds where the target is a pad never reaches the loss); and the mean over the real target "
+                  "positions, as sequence_loss computes it")
 
 
 @checker("10.2")
