@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from attnlib.exercises import check
 from attnlib.gguf_io import unpermute_rope_rows
 from attnlib.layers import RMSNorm
-from attnlib.multihead import MultiHeadAttention
+from attnlib.multihead import KVCache, MultiHeadAttention
 from attnlib.smollm2 import SmolLM2Config
 
 
@@ -256,6 +256,46 @@ def test_13_4_messages_never_print_the_answer():
         for right in answers:
             assert str(right) not in message and f"{right:,}" not in message and f"{right / 1e6:,.0f} MB" not in message
 
+
+
+def filled_cache(config, tokens, batch=1, dtype=torch.float32):
+    """A model's cache as section 4 builds it: one KVCache per layer, holding ``tokens`` tokens."""
+    cache = [KVCache(config.max_len) for _ in range(config.num_layers)]
+    for layer in cache:
+        k = torch.randn(batch, config.num_kv_heads, tokens, config.head_dim).to(dtype)
+        layer.append(k, k.clone())
+    return cache
+
+
+@pytest.mark.parametrize("batch, dtype", [(1, torch.float32), (2, torch.bfloat16)])
+def test_13_4_with_a_measured_cache_accepts_the_formula(batch, dtype):
+    """The check cell passes section 4's cache: its tokens, kv heads, batch and bytes per number come from the
+    tensors, and the right formula gives exactly the bytes they hold."""
+    config = SmolLM2Config()
+    assert check("13.4", cache_right, config=config, cache=filled_cache(config, 11, batch, dtype), quiet=True)
+
+
+@pytest.mark.parametrize("wrong, says", [
+    (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) // 2, "keys AND values"),
+    (lambda c, t, kv, b=4, **k: cache_right(c, t, c.num_heads, b, **k), "query heads"),
+    (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) * c.num_heads, "head_dim"),
+    (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) + 1, "not the cache's size"),
+])
+def test_13_4_with_a_measured_cache_names_it_first(wrong, says):
+    """A wrong answer is caught on the cache the learner can inspect, and told so, without the cache's bytes."""
+    config = SmolLM2Config()
+    cache = filled_cache(config, 11)
+    verdict = check("13.4", wrong, config=config, cache=cache, quiet=True)
+    assert verdict.ok is False and "the given cache" in verdict.message and says in verdict.message
+    held = sum(layer.nbytes() for layer in cache)
+    assert str(held) not in verdict.message and f"{held:,}" not in verdict.message
+
+
+def test_13_4_rejects_the_configs_kv_heads_instead_of_the_argument():
+    def configs_kv_heads(c, t, kv, b=4, window=None, sinks=0, batch=1):
+        return cache_right(c, t, c.num_kv_heads, b, window, sinks, batch)
+    verdict = check("13.4", configs_kv_heads, quiet=True)
+    assert verdict.ok is False and "kv_heads argument" in verdict.message
 
 # 13.5 removing a head through its weights --------------------------------------------------------------------
 
