@@ -224,7 +224,7 @@ def test_13_4_accepts_a_product_built_with_numpy():
 
 @pytest.mark.parametrize("wrong, says", [
     (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) // 2, "keys AND values"),
-    (lambda c, t, kv, b=4, **k: cache_right(c, t, c.num_heads, b, **k), "query heads"),
+    (lambda c, t, kv, b=4, **k: cache_right(c, t, c.num_heads, b, **k), "d_model = num_heads x head_dim"),
     (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) * 8, "bits"),
     (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, 4, **k), "bytes_per_number"),
     (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) / 2**20, "not MiB"),
@@ -277,7 +277,7 @@ def test_13_4_with_a_measured_cache_accepts_the_formula(batch, dtype):
 
 @pytest.mark.parametrize("wrong, says", [
     (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) // 2, "keys AND values"),
-    (lambda c, t, kv, b=4, **k: cache_right(c, t, c.num_heads, b, **k), "query heads"),
+    (lambda c, t, kv, b=4, **k: cache_right(c, t, c.num_heads, b, **k), "d_model = num_heads x head_dim"),
     (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) * c.num_heads, "head_dim"),
     (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) + 1, "not the cache's size"),
 ])
@@ -289,6 +289,29 @@ def test_13_4_with_a_measured_cache_names_it_first(wrong, says):
     assert verdict.ok is False and "the given cache" in verdict.message and says in verdict.message
     held = sum(layer.nbytes() for layer in cache)
     assert str(held) not in verdict.message and f"{held:,}" not in verdict.message
+
+
+def test_13_4_other_model_has_every_field_of_model_config():
+    """The other model used to be a stand-in with five fields: an answer reading config.max_len (to clamp the
+    tokens), d_ff or vocab_size got 'raised AttributeError'. Clamping to max_len must stay right on every case."""
+    def clamped(config, tokens, kv_heads, bytes_per_number=4, window=None, sinks=0, batch=1):
+        tokens = min(tokens, config.max_len)
+        assert config.d_ff > 0 and config.vocab_size > 0
+        return cache_right(config, tokens, kv_heads, bytes_per_number, window, sinks, batch)
+    assert check("13.4", clamped, quiet=True)
+    config = SmolLM2Config()
+    assert check("13.4", clamped, config=config, cache=filled_cache(config, 11), quiet=True)
+
+
+def test_13_4_names_both_causes_of_three_times_the_size():
+    """head_dim = d_model / kv_heads gives the same 3x as counting the query heads: the message names both."""
+    def head_dim_from_kv(c, t, kv, b=4, window=None, sinks=0, batch=1):
+        held = t if window is None else min(t, window + sinks)
+        return 2 * c.num_layers * batch * held * kv * (c.d_model // kv) * b
+    for kwargs in ({}, {"config": SmolLM2Config(), "cache": filled_cache(SmolLM2Config(), 11)}):
+        verdict = check("13.4", head_dim_from_kv, quiet=True, **kwargs)
+        assert verdict.ok is False and "d_model = num_heads x head_dim" in verdict.message
+        assert "head_dim = d_model / num_heads" in verdict.message
 
 
 def test_13_4_rejects_the_configs_kv_heads_instead_of_the_argument():

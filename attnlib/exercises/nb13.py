@@ -1,12 +1,13 @@
 """Checkers for notebook 13's exercises (RMSNorm, SwiGLU, undoing the GGUF permutation, the size of a KV cache
-with a batch, a window and sinks, removing a head through its weights). Each checker builds its own small inputs;
-none needs SmolLM2 loaded."""
+with a batch, a window and sinks, removing a head through its weights). Each checker builds its own small inputs
+and needs no model; 13.4's check cell in the notebook also passes section 4's filled cache and model.config, so it
+needs section 4 run first (the checker works without them)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import numbers
 import sys
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -147,20 +148,6 @@ def unpermute(answer) -> tuple[bool, str]:
     return True, "each head's rows back in the order that rotates halves: even rows first, then odd rows"
 
 
-@dataclass(frozen=True)
-class _Sizes:
-    """The fields of SmolLM2Config the cache depends on (a stand-in for another model's config)."""
-
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    d_model: int
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.num_heads
-
-
 def _cache_bytes(c, tokens: int, kv_heads: int, nbytes: int, window=None, sinks: int = 0, batch: int = 1,
                  held=None) -> int:
     """The right size (``held``: the tokens each sequence keeps, when a check wants a wrong count instead)."""
@@ -189,7 +176,11 @@ def kv_cache_bytes(answer, config=None, cache=None) -> tuple[bool, str]:
                                      "window=None, sinks=0, batch=1)"))
     from ..smollm2 import SmolLM2Config
 
-    smol, big = SmolLM2Config(), _Sizes(num_layers=32, num_heads=32, num_kv_heads=8, d_model=4096)
+    smol = SmolLM2Config()
+    # Another model: a real config with every field of model.config. Its max_len (8,192) is at least every case's
+    # tokens, so an answer that clamps tokens to config.max_len stays right.
+    big = dataclasses.replace(smol, vocab_size=128256, num_layers=32, num_heads=32, num_kv_heads=8, d_model=4096,
+                              d_ff=14336, max_len=8192)
     cases = [  # config, tokens, kv_heads, bytes per number, window, sinks, batch, the bytes measured (or None)
         (smol, 8192, 3, 4, None, 0, 1, None), (smol, 8192, 9, 4, None, 0, 1, None), (big, 8192, 8, 2, None, 0, 1, None),
         (smol, 8192, 3, 4, None, 0, 4, None),                                   # a batch, no window
@@ -235,7 +226,9 @@ def kv_cache_bytes(answer, config=None, cache=None) -> tuple[bool, str]:
         if got == right / 2:
             return False, f"half the right size {where}: the cache holds keys AND values (x 2)"
         if got == right * c.num_heads / kv:
-            return False, f"{where}: you counted the {c.num_heads} query heads; only the kv heads are cached"
+            return False, (f"{where}: your count stores d_model = num_heads x head_dim numbers per token per layer "
+                           "(for keys, and as many for values); a layer caches kv_heads x head_dim, with head_dim = "
+                           "d_model / num_heads")
         if got == right * c.num_kv_heads / kv:
             return False, (f"{where}: you took config.num_kv_heads ({c.num_kv_heads}); count the kv_heads argument "
                            "instead (the same model with another number of key/value heads)")
