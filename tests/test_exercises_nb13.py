@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from attnlib.exercises import check
 from attnlib.gguf_io import unpermute_rope_rows
 from attnlib.layers import RMSNorm
-from attnlib.multihead import MultiHeadAttention
+from attnlib.multihead import KVCache, MultiHeadAttention
 from attnlib.smollm2 import SmolLM2Config
 
 
@@ -224,7 +224,7 @@ def test_13_4_accepts_a_product_built_with_numpy():
 
 @pytest.mark.parametrize("wrong, says", [
     (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) // 2, "keys AND values"),
-    (lambda c, t, kv, b=4, **k: cache_right(c, t, c.num_heads, b, **k), "query heads"),
+    (lambda c, t, kv, b=4, **k: cache_right(c, t, c.num_heads, b, **k), "d_model = num_heads x head_dim"),
     (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) * 8, "bits"),
     (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, 4, **k), "bytes_per_number"),
     (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) / 2**20, "not MiB"),
@@ -256,6 +256,69 @@ def test_13_4_messages_never_print_the_answer():
         for right in answers:
             assert str(right) not in message and f"{right:,}" not in message and f"{right / 1e6:,.0f} MB" not in message
 
+
+
+def filled_cache(config, tokens, batch=1, dtype=torch.float32):
+    """A model's cache as section 4 builds it: one KVCache per layer, holding ``tokens`` tokens."""
+    cache = [KVCache(config.max_len) for _ in range(config.num_layers)]
+    for layer in cache:
+        k = torch.randn(batch, config.num_kv_heads, tokens, config.head_dim).to(dtype)
+        layer.append(k, k.clone())
+    return cache
+
+
+@pytest.mark.parametrize("batch, dtype", [(1, torch.float32), (2, torch.bfloat16)])
+def test_13_4_with_a_measured_cache_accepts_the_formula(batch, dtype):
+    """The check cell passes section 4's cache: its tokens, kv heads, batch and bytes per number come from the
+    tensors, and the right formula gives exactly the bytes they hold."""
+    config = SmolLM2Config()
+    assert check("13.4", cache_right, config=config, cache=filled_cache(config, 11, batch, dtype), quiet=True)
+
+
+@pytest.mark.parametrize("wrong, says", [
+    (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) // 2, "keys AND values"),
+    (lambda c, t, kv, b=4, **k: cache_right(c, t, c.num_heads, b, **k), "d_model = num_heads x head_dim"),
+    (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) * c.num_heads, "head_dim"),
+    (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) + 1, "not the cache's size"),
+])
+def test_13_4_with_a_measured_cache_names_it_first(wrong, says):
+    """A wrong answer is caught on the cache the learner can inspect, and told so, without the cache's bytes."""
+    config = SmolLM2Config()
+    cache = filled_cache(config, 11)
+    verdict = check("13.4", wrong, config=config, cache=cache, quiet=True)
+    assert verdict.ok is False and "the given cache" in verdict.message and says in verdict.message
+    held = sum(layer.nbytes() for layer in cache)
+    assert str(held) not in verdict.message and f"{held:,}" not in verdict.message
+
+
+def test_13_4_other_model_has_every_field_of_model_config():
+    """The other model used to be a stand-in with five fields: an answer reading config.max_len (to clamp the
+    tokens), d_ff or vocab_size got 'raised AttributeError'. Clamping to max_len must stay right on every case."""
+    def clamped(config, tokens, kv_heads, bytes_per_number=4, window=None, sinks=0, batch=1):
+        tokens = min(tokens, config.max_len)
+        assert config.d_ff > 0 and config.vocab_size > 0
+        return cache_right(config, tokens, kv_heads, bytes_per_number, window, sinks, batch)
+    assert check("13.4", clamped, quiet=True)
+    config = SmolLM2Config()
+    assert check("13.4", clamped, config=config, cache=filled_cache(config, 11), quiet=True)
+
+
+def test_13_4_names_both_causes_of_three_times_the_size():
+    """head_dim = d_model / kv_heads gives the same 3x as counting the query heads: the message names both."""
+    def head_dim_from_kv(c, t, kv, b=4, window=None, sinks=0, batch=1):
+        held = t if window is None else min(t, window + sinks)
+        return 2 * c.num_layers * batch * held * kv * (c.d_model // kv) * b
+    for kwargs in ({}, {"config": SmolLM2Config(), "cache": filled_cache(SmolLM2Config(), 11)}):
+        verdict = check("13.4", head_dim_from_kv, quiet=True, **kwargs)
+        assert verdict.ok is False and "d_model = num_heads x head_dim" in verdict.message
+        assert "head_dim = d_model / num_heads" in verdict.message
+
+
+def test_13_4_rejects_the_configs_kv_heads_instead_of_the_argument():
+    def configs_kv_heads(c, t, kv, b=4, window=None, sinks=0, batch=1):
+        return cache_right(c, t, c.num_kv_heads, b, window, sinks, batch)
+    verdict = check("13.4", configs_kv_heads, quiet=True)
+    assert verdict.ok is False and "kv_heads argument" in verdict.message
 
 # 13.5 removing a head through its weights --------------------------------------------------------------------
 

@@ -1,12 +1,13 @@
 """Checkers for notebook 13's exercises (RMSNorm, SwiGLU, undoing the GGUF permutation, the size of a KV cache
-with a batch, a window and sinks, removing a head through its weights). Each checker builds its own small inputs;
-none needs SmolLM2 loaded."""
+with a batch, a window and sinks, removing a head through its weights). Each checker builds its own small inputs
+and needs no model; 13.4's check cell in the notebook also passes section 4's filled cache and model.config, so it
+needs section 4 run first (the checker works without them)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import numbers
 import sys
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -147,20 +148,6 @@ def unpermute(answer) -> tuple[bool, str]:
     return True, "each head's rows back in the order that rotates halves: even rows first, then odd rows"
 
 
-@dataclass(frozen=True)
-class _Sizes:
-    """The fields of SmolLM2Config the cache depends on (a stand-in for another model's config)."""
-
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    d_model: int
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.num_heads
-
-
 def _cache_bytes(c, tokens: int, kv_heads: int, nbytes: int, window=None, sinks: int = 0, batch: int = 1,
                  held=None) -> int:
     """The right size (``held``: the tokens each sequence keeps, when a check wants a wrong count instead)."""
@@ -169,24 +156,42 @@ def _cache_bytes(c, tokens: int, kv_heads: int, nbytes: int, window=None, sinks:
     return 2 * c.num_layers * batch * held * kv_heads * c.head_dim * nbytes
 
 
+def _measured(cache) -> tuple[int, int, int, int, int]:
+    """A model's cache (one KVCache, or anything with ``.k`` and ``.v``, per layer) -> (bytes held, batch, kv heads,
+    tokens held, bytes per number), read from its tensors."""
+    batch, kv, tokens, _ = cache[0].k.shape
+    held = sum(layer.k.numel() * layer.k.element_size() + layer.v.numel() * layer.v.element_size() for layer in cache)
+    return held, batch, kv, tokens, cache[0].k.element_size()
+
+
 @checker("13.4")
-def kv_cache_bytes(answer) -> tuple[bool, str]:
+def kv_cache_bytes(answer, config=None, cache=None) -> tuple[bool, str]:
     """A function ``kv_cache_bytes(config, tokens, kv_heads, bytes_per_number=4, window=None, sinks=0, batch=1)``:
     the KV cache of ``batch`` sequences of ``tokens`` tokens each; with a window, each sequence keeps at most its
-    last ``window`` tokens and its first ``sinks`` tokens (StreamingLLM's cache)."""
+    last ``window`` tokens and its first ``sinks`` tokens (StreamingLLM's cache).
+
+    With ``cache`` (a model's filled cache) and its model's ``config``, the first case is that cache: the answer must
+    give the bytes its tensors hold."""
     require(callable_problem(answer, "a function kv_cache_bytes(config, tokens, kv_heads, bytes_per_number=4, "
                                      "window=None, sinks=0, batch=1)"))
     from ..smollm2 import SmolLM2Config
 
-    smol, big = SmolLM2Config(), _Sizes(num_layers=32, num_heads=32, num_kv_heads=8, d_model=4096)
-    cases = [  # config, tokens, kv_heads, bytes per number, window, sinks, batch
-        (smol, 8192, 3, 4, None, 0, 1), (smol, 8192, 9, 4, None, 0, 1), (big, 8192, 8, 2, None, 0, 1),
-        (smol, 8192, 3, 4, None, 0, 4),                                   # a batch, no window
-        (smol, 8192, 3, 2, 1020, 4, 8), (big, 4096, 8, 2, 2000, 0, 1),    # long contexts: the window is full
-        (smol, 500, 3, 4, 1020, 4, 2), (smol, 1022, 3, 4, 1020, 4, 1),    # shorter than window + sinks: all kept
+    smol = SmolLM2Config()
+    # Another model: a real config with every field of model.config. Its max_len (8,192) is at least every case's
+    # tokens, so an answer that clamps tokens to config.max_len stays right.
+    big = dataclasses.replace(smol, vocab_size=128256, num_layers=32, num_heads=32, num_kv_heads=8, d_model=4096,
+                              d_ff=14336, max_len=8192)
+    cases = [  # config, tokens, kv_heads, bytes per number, window, sinks, batch, the bytes measured (or None)
+        (smol, 8192, 3, 4, None, 0, 1, None), (smol, 8192, 9, 4, None, 0, 1, None), (big, 8192, 8, 2, None, 0, 1, None),
+        (smol, 8192, 3, 4, None, 0, 4, None),                                   # a batch, no window
+        (smol, 8192, 3, 2, 1020, 4, 8, None), (big, 4096, 8, 2, 2000, 0, 1, None),    # long contexts: the window is full
+        (smol, 500, 3, 4, 1020, 4, 2, None), (smol, 1022, 3, 4, 1020, 4, 1, None),    # shorter than window + sinks
     ]
-    for c, tokens, kv, nbytes, window, sinks, batch in cases:
-        right = _cache_bytes(c, tokens, kv, nbytes, window, sinks, batch)
+    if cache is not None:                                                 # the cache the learner can inspect, first
+        measured, m_batch, m_kv, m_tokens, m_nbytes = _measured(cache)
+        cases.insert(0, (config if config is not None else smol, m_tokens, m_kv, m_nbytes, None, 0, m_batch, measured))
+    for c, tokens, kv, nbytes, window, sinks, batch, measured in cases:
+        right = _cache_bytes(c, tokens, kv, nbytes, window, sinks, batch) if measured is None else measured
         got = answer(c, tokens, kv, nbytes, window=window, sinks=sinks, batch=batch)
         if isinstance(got, torch.Tensor) and got.dim() == 0:
             got = got.item()                                              # a 0-d tensor holds one number
@@ -199,6 +204,9 @@ def kv_cache_bytes(answer) -> tuple[bool, str]:
         kept = "every token kept" if window is None else f"a window of {window} and {sinks} sinks"
         where = (f"for {c.num_layers} layers, {tokens} tokens, {kv} kv heads, {nbytes} bytes per number, {kept}, "
                  f"a batch of {batch}")
+        if measured is not None:
+            where = (f"for the given cache ({c.num_layers} layers, {tokens} tokens held, {kv} kv heads, {nbytes} bytes "
+                     f"per number, a batch of {batch}), whose bytes are measured from its tensors .k and .v")
         if batch > 1 and got == right / batch:
             return False, f"{where}: the cache holds one set of keys and values per sequence of the batch"
         if window is not None:
@@ -218,7 +226,12 @@ def kv_cache_bytes(answer) -> tuple[bool, str]:
         if got == right / 2:
             return False, f"half the right size {where}: the cache holds keys AND values (x 2)"
         if got == right * c.num_heads / kv:
-            return False, f"{where}: you counted the {c.num_heads} query heads; only the kv heads are cached"
+            return False, (f"{where}: your count stores d_model = num_heads x head_dim numbers per token per layer "
+                           "(for keys, and as many for values); a layer caches kv_heads x head_dim, with head_dim = "
+                           "d_model / num_heads")
+        if got == right * c.num_kv_heads / kv:
+            return False, (f"{where}: you took config.num_kv_heads ({c.num_kv_heads}); count the kv_heads argument "
+                           "instead (the same model with another number of key/value heads)")
         if got == right * 8:
             return False, f"{where}: that counts bits; give bytes"
         if nbytes != 4 and got == right * 4 / nbytes:
