@@ -311,6 +311,45 @@ def test_12_4_accepts_a_pair_turned_with_its_signs():
     assert check("12.4", quarter_turned, quiet=True)
 
 
+def turned(mha, turn_q=0, turn_k=0):
+    """The right conversion, then every pair of w_q (and of w_k) turned by a multiple of a quarter turn: (a, b) ->
+    (-b, a) per quarter. Rows move and change sign, weights and biases alike."""
+    new = to_interleaved(mha)
+    with torch.no_grad():
+        for lin, quarters in ((new.w_q, turn_q), (new.w_k, turn_k)):
+            for part in (lin.weight, lin.bias):
+                pairs = part.view(-1, 2, *part.shape[1:]).clone()
+                for _ in range(quarters % 4):
+                    pairs = torch.stack([-pairs[:, 1], pairs[:, 0]], 1)
+                part.copy_(pairs.reshape(part.shape))
+    return new
+
+
+def test_12_4_accepts_a_half_turn_of_queries_and_keys():
+    """(-a, -b) in both w_q and w_k: every score is the same."""
+    assert check("12.4", lambda mha: turned(mha, 2, 2), quiet=True)
+
+
+def by_source(mha, source_of, sign_of=lambda j: 1):
+    """w_q and w_k rebuilt from a per-head source list: new row j of each head is sign_of(j) * mha's row source_of(j)
+    of that head (biases alike); the mistakes below are lists a learner can write."""
+    import copy
+
+    from attnlib import RotaryEmbedding
+
+    d_k = mha.d_k
+    new = copy.deepcopy(mha)
+    new.rotary = RotaryEmbedding(d_k, mha.rotary.base)
+    source = torch.tensor([source_of(j, d_k // 2) for j in range(d_k)])
+    sign = torch.tensor([float(sign_of(j)) for j in range(d_k)])
+    with torch.no_grad():
+        for lin, heads in ((new.w_q, mha.num_heads), (new.w_k, mha.num_kv_heads)):
+            rows = (torch.arange(heads)[:, None] * d_k + source).flatten()
+            lin.weight.copy_(lin.weight[rows] * sign.repeat(heads)[:, None])
+            lin.bias.copy_(lin.bias[rows] * sign.repeat(heads))
+    return new
+
+
 def with_permute_rope_rows(mha):
     from attnlib.gguf_io import permute_rope_rows
 
@@ -332,6 +371,18 @@ def with_permute_rope_rows(mha):
     (lambda mha: to_interleaved(mha, bias=False), "bias did not move"),
     (lambda mha: to_interleaved(mha, rotary="half"), "must rotate adjacent pairs"),
     (lambda mha: to_interleaved(mha, rotary="none"), "must rotate adjacent pairs"),
+    (lambda mha: to_interleaved(mha, rotary="none"), "RotaryEmbedding(d_k, mha.rotary.base)"),  # base included
+    # a row copied, not moved: source[1::2] = arange(half) (the + half forgotten), and row i + half twice
+    (lambda mha: by_source(mha, lambda j, half: j // 2), "is used twice and row"),
+    (lambda mha: by_source(mha, lambda j, half: j // 2 + half), "is used twice and row"),
+    # one row of every pair negated, as in Hugging Face's rotate_half (-x2, x1): (a, -b), then (-a, b)
+    (lambda mha: by_source(mha, lambda j, half: j // 2 + half * (j % 2), lambda j: -1 if j % 2 else 1), "is negated"),
+    (lambda mha: by_source(mha, lambda j, half: j // 2 + half * (j % 2), lambda j: 1 if j % 2 else -1), "is negated"),
+    # a quarter turn of the queries' pairs only, then of the keys' only, then opposite quarter turns of both
+    (lambda mha: turned(mha, 1, 0), "by the same amount"),
+    (lambda mha: turned(mha, 0, 1), "by the same amount"),
+    (lambda mha: turned(mha, 1, 3), "by the same amount"),
+    (lambda mha: turned(mha, 2, 0), "by the same amount"),
     (lambda mha: to_interleaved(mha, base=10000.0), "keep mha's frequencies"),  # the default base, not mha's
     (lambda mha: to_interleaved(mha, also_values=True), "w_v and w_o"),
     (lambda mha: to_interleaved(mha, in_place=True), "original layer changed"),

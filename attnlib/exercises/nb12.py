@@ -239,39 +239,64 @@ def _rope_scores(layer, x: torch.Tensor, positions: torch.Tensor, rotary) -> tor
     return q @ k.repeat_interleave(layer.num_heads // layer.num_kv_heads, 1).transpose(-2, -1)
 
 
-def _where_rows_went(new, old, heads: int, d_k: int, name: str, what: str) -> str | None:
-    """A sentence on the first row of ``new`` that is not where the interleaved layout needs it, or None."""
+_TURN_NAMES = {0: "not turned", 90: "given a quarter turn", 180: "given a half turn",
+               270: "given three quarters of a turn"}
+
+
+def _where_rows_went(new, old, heads: int, d_k: int, name: str, what: str) -> tuple[str | None, list[list[int]]]:
+    """A sentence on the first row of ``new`` that is not where the interleaved layout needs it (or None), and,
+    when every pair is right up to a rotation, how far each head's pair i is turned: 0, 90, 180 or 270 degrees."""
     half = d_k // 2
-    sources = _row_sources(new.weight.detach().double(), old.weight.detach().double())
+    new_w, old_w = new.weight.detach().double(), old.weight.detach().double()
+    sources = _row_sources(new_w, old_w)
     if None in sources:
-        return (f"row {sources.index(None)} of the new {name}.weight is none of mha's {name} rows: the conversion "
-                "only moves rows, it does not change them")
+        return (f"row {sources.index(None)} of the new {name}.weight is none of mha's {name} rows (up to its sign): "
+                "the conversion only moves rows, it does not change them"), []
     if sources == list(range(len(sources))):
         return (f"the rows of the new {name} are where they were in mha; the interleaved layout turns other "
-                f"dimensions together than rotate-half does, so the {what} rows must move too")
+                f"dimensions together than rotate-half does, so the {what} rows must move too"), []
     for r, s in enumerate(sources):
         if r // d_k != s // d_k:
             return (f"row {r % d_k} of {what} head {r // d_k} in the new {name} came from {what} head {s // d_k} of "
-                    f"mha: {name} has {heads} heads of {d_k} rows, and rows stay inside their head")
+                    f"mha: {name} has {heads} heads of {d_k} rows, and rows stay inside their head"), []
+    # +1 where the new row is mha's row, -1 where it is mha's row negated
+    signs = [1 if torch.allclose(new_w[r], old_w[s], atol=1e-5) else -1 for r, s in enumerate(sources)]
+    turns = []
     for head in range(heads):
         src = [s % d_k for s in sources[head * d_k:(head + 1) * d_k]]  # rotate-half dimension of each new row
+        sign = signs[head * d_k:(head + 1) * d_k]
+        for s in range(d_k):
+            if src.count(s) > 1:
+                unused = next(t for t in range(d_k) if t not in src)
+                times = "twice" if src.count(s) == 2 else f"{src.count(s)} times"
+                return (f"in {what} head {head} of the new {name}, rotate-half row {s} is used {times} and row "
+                        f"{unused} not at all: each row moves, none is copied"), []
         for j, s in enumerate(src):
             if s % half != j // 2:
                 return (f"in {what} head {head} of the new {name}, interleaved dimension {j} turns at frequency "
                         f"{j // 2}, but the row there is rotate-half dimension {s}, which turns at frequency "
-                        f"{s % half}")
+                        f"{s % half}"), []
+        head_turns = []
         for i in range(half):
-            if src[2 * i] >= half:
+            swapped, same_sign = src[2 * i] >= half, sign[2 * i] == sign[2 * i + 1]
+            if swapped and same_sign:
                 return (f"in {what} head {head} of the new {name}, interleaved pair ({2 * i}, {2 * i + 1}) holds the "
-                        "right two rotate-half dimensions in the wrong order, so the pair turns the other way")
+                        "right two rotate-half dimensions in the wrong order, so the pair turns the other way"), []
+            if not swapped and not same_sign:
+                return (f"in {what} head {head} of the new {name}, one row of interleaved pair ({2 * i}, {2 * i + 1}) "
+                        "is negated: a lone minus sign mirrors the pair, so it turns the other way; moving rows does "
+                        "not change their sign"), []
+            # what is left is a rotation of the right pair: (a, b), (-a, -b), or a quarter turn of it, (-b, a) or (b, -a)
+            head_turns.append(90 if swapped and sign[2 * i] < 0 else 270 if swapped else 0 if sign[2 * i] > 0 else 180)
+        turns.append(head_turns)
     if (new.bias is None) != (old.bias is None):
-        return f"mha's {name} has a bias and the new layer's has none: each row's bias moves with its row"
+        return f"mha's {name} has a bias and the new layer's has none: each row's bias moves with its row", []
     if new.bias is not None:
-        rows = torch.tensor(sources)
-        signs = torch.where((new.weight.detach() - old.weight.detach()[rows]).abs().amax(1) < 1e-5, 1.0, -1.0)
-        if not torch.allclose(new.bias.detach(), old.bias.detach()[rows] * signs, atol=1e-6):
-            return f"the rows of {name}.weight moved, but {name}.bias did not move with them: each row's bias goes with its row"
-    return None
+        moved = old.bias.detach()[torch.tensor(sources)] * torch.tensor(signs, dtype=old.bias.dtype)
+        if not torch.allclose(new.bias.detach(), moved, atol=1e-6):
+            return (f"the rows of {name}.weight moved, but {name}.bias did not move with them: each row's bias goes "
+                    "with its row, and takes its sign"), []
+    return None, turns
 
 
 @checker("12.4")
@@ -307,8 +332,8 @@ def rope_layer_to_interleaved(answer) -> tuple[bool, str]:
             return False, (f"the new layer has d_model={new.d_model}, {new.num_heads} query heads and "
                            f"{new.num_kv_heads} key/value heads; mha has {d_model}, {h} and {kv}")
         if not isinstance(new.rotary, RotaryEmbedding) or not new.rotary.interleaved:
-            return False, ("the new layer must rotate adjacent pairs: give it rotary=RotaryEmbedding(d_k) "
-                           "(interleaved=True)")
+            return False, ("the new layer must rotate adjacent pairs: give it "
+                           "rotary=RotaryEmbedding(d_k, mha.rotary.base), whose layout is interleaved")
         if new.rotary.base != mha.rotary.base:
             return False, (f"the new layer's RotaryEmbedding has base {new.rotary.base:g} and mha's has "
                            f"{mha.rotary.base:g}: keep mha's frequencies")
@@ -318,12 +343,21 @@ def rope_layer_to_interleaved(answer) -> tuple[bool, str]:
             theirs = _rope_scores(mha, x, positions, RotaryEmbedding(mha.d_k, base, interleaved=False).double())
             ours = _rope_scores(new, x, positions, RotaryEmbedding(mha.d_k, base).double())
         if not torch.allclose(ours, theirs, rtol=1e-5, atol=1e-4):
+            turns = {}
             for name, heads, what in (("w_q", h, "query"), ("w_k", kv, "key/value")):
-                problem = _where_rows_went(getattr(new, name), getattr(mha, name), heads, mha.d_k, name, what)
+                problem, turns[name] = _where_rows_went(getattr(new, name), getattr(mha, name), heads, mha.d_k,
+                                                        name, what)
                 if problem:
                     return False, f"(h={h}, g={kv}) {problem}"
-            return False, (f"(h={h}, g={kv}) the scores differ from mha's, though the rows of w_q and w_k are where "
-                           "the interleaved layout needs them: compare the rest of the two layers")
+            for head in range(h):  # query head `head` reads key/value head head // (h / g)
+                kv_head = head // (h // kv)
+                for i, (tq, tk) in enumerate(zip(turns["w_q"][head], turns["w_k"][kv_head])):
+                    if tq != tk:
+                        return False, (f"(h={h}, g={kv}) interleaved pair ({2 * i}, {2 * i + 1}) is "
+                                       f"{_TURN_NAMES[tq]} in query head {head} of the new w_q and "
+                                       f"{_TURN_NAMES[tk]} in key/value head {kv_head} of the new w_k: a query and "
+                                       "its key may both be turned, but by the same amount, or their score changes")
+            return False, f"(h={h}, g={kv}) the scores differ from mha's"  # not reached: every cause is traced above
         xs = x.float()
         with torch.no_grad():
             same_out = torch.allclose(new(xs, xs, xs)[0], mha(xs, xs, xs)[0], atol=1e-5)
