@@ -260,28 +260,138 @@ def test_12_3_rejects_typical_mistakes(wrong, says):
 
 
 def test_placeholders_are_not_attempted():
-    for exercise in ("12.1", "12.2", "12.3"):
+    for exercise in ("12.1", "12.2", "12.3", "12.4"):
         assert check(exercise, None, quiet=True).ok is None
 
 
-ORDER = torch.arange(16).view(2, 8).T.flatten()  # [0, 8, 1, 9, ...]
+def to_interleaved(mha, order="right", convert=("w_q", "w_k"), heads_of_k=None, bias=True, rotary="interleaved",
+                   base=None, also_values=False, in_place=False):
+    """The exercise's solution; the keywords switch on the mistakes learners make."""
+    import copy
+
+    from attnlib import RotaryEmbedding
+
+    d_k, half = mha.d_k, mha.d_k // 2
+    new = mha if in_place else copy.deepcopy(mha)
+    rope = {"interleaved": RotaryEmbedding(d_k, mha.rotary.base if base is None else base),
+            "half": RotaryEmbedding(d_k, mha.rotary.base, interleaved=False), "none": None}[rotary]
+    new.rotary = rope
+    for name in convert + (("w_v",) if also_values else ()):
+        heads = {"w_q": mha.num_heads, "w_k": heads_of_k or mha.num_kv_heads, "w_v": mha.num_kv_heads}[name]
+        size = getattr(mha, name).weight.shape[0] // heads  # rows per head (d_k, unless heads_of_k is wrong)
+        right = torch.arange(size).view(2, size // 2).T.flatten()  # interleaved j <- rotate-half right[j]
+        within = {"right": right, "backwards": torch.argsort(right), "swapped": right.view(-1, 2).flip(1).flatten(),
+                  "whole": None}[order]
+        if within is None:  # the whole matrix treated as one head
+            rows = torch.arange(heads * size).view(2, -1).T.flatten()
+        else:
+            rows = torch.cat([head * size + within for head in range(heads)])
+        lin = getattr(new, name)
+        with torch.no_grad():
+            lin.weight.copy_(lin.weight[rows].clone())
+            if bias:
+                lin.bias.copy_(lin.bias[rows].clone())
+    return new
 
 
-def test_12_4_accepts_the_reordering():
-    assert check("12.4", ORDER, quiet=True)
-    assert check("12.4", ORDER.tolist(), quiet=True)
-    assert check("12.4", None, quiet=True).ok is None
+def test_12_4_accepts_the_converted_layer():
+    assert check("12.4", to_interleaved, quiet=True)
+
+
+def test_12_4_accepts_a_pair_turned_with_its_signs():
+    """(i + d/2, -i) in place of (i, i + d/2) is the same pair turned by a quarter: every score is the same."""
+    def quarter_turned(mha):
+        new = to_interleaved(mha)
+        with torch.no_grad():
+            for lin in (new.w_q, new.w_k):
+                for part in (lin.weight, lin.bias):
+                    pairs = part.view(-1, 2, *part.shape[1:]).clone()
+                    part.copy_(torch.stack([pairs[:, 1], -pairs[:, 0]], 1).reshape(part.shape))
+        return new
+    assert check("12.4", quarter_turned, quiet=True)
+
+
+def turned(mha, turn_q=0, turn_k=0):
+    """The right conversion, then every pair of w_q (and of w_k) turned by a multiple of a quarter turn: (a, b) ->
+    (-b, a) per quarter. Rows move and change sign, weights and biases alike."""
+    new = to_interleaved(mha)
+    with torch.no_grad():
+        for lin, quarters in ((new.w_q, turn_q), (new.w_k, turn_k)):
+            for part in (lin.weight, lin.bias):
+                pairs = part.view(-1, 2, *part.shape[1:]).clone()
+                for _ in range(quarters % 4):
+                    pairs = torch.stack([-pairs[:, 1], pairs[:, 0]], 1)
+                part.copy_(pairs.reshape(part.shape))
+    return new
+
+
+def test_12_4_accepts_a_half_turn_of_queries_and_keys():
+    """(-a, -b) in both w_q and w_k: every score is the same."""
+    assert check("12.4", lambda mha: turned(mha, 2, 2), quiet=True)
+
+
+def by_source(mha, source_of, sign_of=lambda j: 1):
+    """w_q and w_k rebuilt from a per-head source list: new row j of each head is sign_of(j) * mha's row source_of(j)
+    of that head (biases alike); the mistakes below are lists a learner can write."""
+    import copy
+
+    from attnlib import RotaryEmbedding
+
+    d_k = mha.d_k
+    new = copy.deepcopy(mha)
+    new.rotary = RotaryEmbedding(d_k, mha.rotary.base)
+    source = torch.tensor([source_of(j, d_k // 2) for j in range(d_k)])
+    sign = torch.tensor([float(sign_of(j)) for j in range(d_k)])
+    with torch.no_grad():
+        for lin, heads in ((new.w_q, mha.num_heads), (new.w_k, mha.num_kv_heads)):
+            rows = (torch.arange(heads)[:, None] * d_k + source).flatten()
+            lin.weight.copy_(lin.weight[rows] * sign.repeat(heads)[:, None])
+            lin.bias.copy_(lin.bias[rows] * sign.repeat(heads))
+    return new
+
+
+def with_permute_rope_rows(mha):
+    from attnlib.gguf_io import permute_rope_rows
+
+    new = to_interleaved(mha, convert=())
+    with torch.no_grad():
+        for name, heads in (("w_q", mha.num_heads), ("w_k", mha.num_kv_heads)):
+            getattr(new, name).weight.copy_(permute_rope_rows(getattr(mha, name).weight, heads))
+            getattr(new, name).bias.copy_(permute_rope_rows(getattr(mha, name).bias, heads))
+    return new
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (torch.arange(16), "leaves every dimension"),
-    (torch.argsort(ORDER), "turns at frequency"),
-    (torch.stack([torch.arange(8) + 8, torch.arange(8)], 1).flatten(), "rotate the dimensions differently"),  # each pair backwards
-    (torch.arange(16).flip(0), "turns at frequency"),
-    (torch.tensor([0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 7]), "each dimension exactly once"),
-    (torch.arange(15), "each dimension exactly once"),
-    (torch.stack([torch.arange(8), torch.arange(8) + 8], 1).flatten().float(), "integer indices"),
+    (lambda mha: to_interleaved(mha, convert=()), "where they were in mha"),
+    (lambda mha: to_interleaved(mha, convert=("w_q",)), "new w_k are where they were"),
+    (lambda mha: to_interleaved(mha, order="backwards"), "turns at frequency"),
+    (lambda mha: to_interleaved(mha, order="swapped"), "wrong order"),
+    (lambda mha: to_interleaved(mha, order="whole"), "rows stay inside their head"),
+    (lambda mha: to_interleaved(mha, heads_of_k=mha.num_heads), "turns at frequency"),  # w_k cut into h heads
+    (lambda mha: to_interleaved(mha, bias=False), "bias did not move"),
+    (lambda mha: to_interleaved(mha, rotary="half"), "must rotate adjacent pairs"),
+    (lambda mha: to_interleaved(mha, rotary="none"), "must rotate adjacent pairs"),
+    (lambda mha: to_interleaved(mha, rotary="none"), "RotaryEmbedding(d_k, mha.rotary.base)"),  # base included
+    # a row copied, not moved: source[1::2] = arange(half) (the + half forgotten), and row i + half twice
+    (lambda mha: by_source(mha, lambda j, half: j // 2), "is used twice and row"),
+    (lambda mha: by_source(mha, lambda j, half: j // 2 + half), "is used twice and row"),
+    # one row of every pair negated, as in Hugging Face's rotate_half (-x2, x1): (a, -b), then (-a, b)
+    (lambda mha: by_source(mha, lambda j, half: j // 2 + half * (j % 2), lambda j: -1 if j % 2 else 1), "is negated"),
+    (lambda mha: by_source(mha, lambda j, half: j // 2 + half * (j % 2), lambda j: 1 if j % 2 else -1), "is negated"),
+    # a quarter turn of the queries' pairs only, then of the keys' only, then opposite quarter turns of both
+    (lambda mha: turned(mha, 1, 0), "by the same amount"),
+    (lambda mha: turned(mha, 0, 1), "by the same amount"),
+    (lambda mha: turned(mha, 1, 3), "by the same amount"),
+    (lambda mha: turned(mha, 2, 0), "by the same amount"),
+    (lambda mha: to_interleaved(mha, base=10000.0), "keep mha's frequencies"),  # the default base, not mha's
+    (lambda mha: to_interleaved(mha, also_values=True), "w_v and w_o"),
+    (lambda mha: to_interleaved(mha, in_place=True), "original layer changed"),
+    (with_permute_rope_rows, "permute_rope_rows"),
+    (lambda mha: mha.w_q, "expected a MultiHeadAttention"),
+    (42, "expected a function"),
 ])
 def test_12_4_rejects_typical_mistakes(wrong, says):
     verdict = check("12.4", wrong, quiet=True)
     assert verdict.ok is False and says in verdict.message, verdict.message
+    for right in ("[0, 8, 1, 9", "[0, 2, 4", "i + d/2", "i + d_k/2"):  # never the answer itself
+        assert right not in verdict.message, verdict.message

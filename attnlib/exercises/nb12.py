@@ -1,9 +1,11 @@
-"""Checkers for notebook 12's exercises (merging two halves of the keys, pooling heads into GQA, a sliding window that skips tiles)."""
+"""Checkers for notebook 12's exercises (merging two halves of the keys, pooling heads into GQA, a sliding window that
+skips tiles, a RoPE layer moved from the rotate-half layout to the interleaved one)."""
 from __future__ import annotations
 
 import math
 
 import torch
+import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
@@ -221,31 +223,146 @@ def window_tiles(answer) -> tuple[bool, str]:
                   f"keys (causal skipping alone computes {causal})")
 
 
-@checker("12.4")
-def rope_layouts(answer, d: int = 16) -> tuple[bool, str]:
-    """A permutation ``perm (d,)`` of the dimensions with ``rope_half(x)[..., perm] == rope(x[..., perm])`` for every
-    ``x``: reading rotate-half vectors in the interleaved layout."""
-    from ..positional import RotaryEmbedding
+def _row_sources(new: torch.Tensor, old: torch.Tensor) -> list[int | None]:
+    """For each row of ``new``, the index of the row of ``old`` it is (up to its sign), or None."""
+    gap = torch.minimum(torch.cdist(new, old), torch.cdist(new, -old))  # (rows, rows)
+    best = gap.min(dim=1)
+    return [int(i) if v < 1e-5 else None for v, i in zip(best.values.tolist(), best.indices.tolist())]
 
-    if isinstance(answer, (list, tuple)):
-        answer = torch.tensor(answer)
-    if not isinstance(answer, torch.Tensor) or answer.dtype not in (torch.int64, torch.int32) or answer.dim() != 1:
-        return False, f"expected a 1-D tensor (or list) of {d} integer indices, got {type(answer).__name__}"
-    if answer.shape[0] != d or sorted(answer.tolist()) != list(range(d)):
-        return False, f"expected a permutation of 0..{d - 1}: each dimension exactly once"
-    perm = answer.long()
-    if torch.equal(perm, torch.arange(d)):
-        return False, "that leaves every dimension where it is: the two layouts pair different dimensions"
-    interleaved, half = RotaryEmbedding(d), RotaryEmbedding(d, interleaved=False)
-    x = torch.randn(9, d, dtype=torch.float64, generator=torch.Generator().manual_seed(44))
-    positions = torch.tensor([0, 1, 2, 5, 17, 100, 999, 4096, 50_000])
-    if torch.allclose(half(x, positions)[:, perm], interleaved(x[:, perm], positions), atol=1e-9):
-        return True, "rotate-half pair (i, i + d/2) lands on interleaved pair (2i, 2i + 1): the same rotation"
-    # interleaved position j turns at frequency j // 2; rotate-half dimension k at frequency k % (d / 2)
-    wrong = [j for j in range(d) if int(perm[j]) % (d // 2) != j // 2]
-    if wrong:
-        j = wrong[0]
-        return False, (f"interleaved position {j} turns at frequency {j // 2}, but your list puts rotate-half "
-                       f"dimension {int(perm[j])} there, which turns at frequency {int(perm[j]) % (d // 2)}")
-    return False, ("after your reordering the two layouts still rotate the dimensions differently: find which "
-                   "dimensions each layout turns together, and by which angle")
+
+def _rope_scores(layer, x: torch.Tensor, positions: torch.Tensor, rotary) -> torch.Tensor:
+    """(B, h, L, L) scores q · k of every query head against its key/value head, rotated at ``positions``; float64."""
+    def rows(lin, heads):
+        out = F.linear(x, lin.weight.double(), None if lin.bias is None else lin.bias.double())  # (B, L, heads * d_k)
+        return rotary(out.view(*x.shape[:2], heads, layer.d_k).transpose(1, 2), positions)   # (B, heads, L, d_k)
+    q, k = rows(layer.w_q, layer.num_heads), rows(layer.w_k, layer.num_kv_heads)
+    return q @ k.repeat_interleave(layer.num_heads // layer.num_kv_heads, 1).transpose(-2, -1)
+
+
+_TURN_NAMES = {0: "not turned", 90: "given a quarter turn", 180: "given a half turn",
+               270: "given three quarters of a turn"}
+
+
+def _where_rows_went(new, old, heads: int, d_k: int, name: str, what: str) -> tuple[str | None, list[list[int]]]:
+    """A sentence on the first row of ``new`` that is not where the interleaved layout needs it (or None), and,
+    when every pair is right up to a rotation, how far each head's pair i is turned: 0, 90, 180 or 270 degrees."""
+    half = d_k // 2
+    new_w, old_w = new.weight.detach().double(), old.weight.detach().double()
+    sources = _row_sources(new_w, old_w)
+    if None in sources:
+        return (f"row {sources.index(None)} of the new {name}.weight is none of mha's {name} rows (up to its sign): "
+                "the conversion only moves rows, it does not change them"), []
+    if sources == list(range(len(sources))):
+        return (f"the rows of the new {name} are where they were in mha; the interleaved layout turns other "
+                f"dimensions together than rotate-half does, so the {what} rows must move too"), []
+    for r, s in enumerate(sources):
+        if r // d_k != s // d_k:
+            return (f"row {r % d_k} of {what} head {r // d_k} in the new {name} came from {what} head {s // d_k} of "
+                    f"mha: {name} has {heads} heads of {d_k} rows, and rows stay inside their head"), []
+    # +1 where the new row is mha's row, -1 where it is mha's row negated
+    signs = [1 if torch.allclose(new_w[r], old_w[s], atol=1e-5) else -1 for r, s in enumerate(sources)]
+    turns = []
+    for head in range(heads):
+        src = [s % d_k for s in sources[head * d_k:(head + 1) * d_k]]  # rotate-half dimension of each new row
+        sign = signs[head * d_k:(head + 1) * d_k]
+        for s in range(d_k):
+            if src.count(s) > 1:
+                unused = next(t for t in range(d_k) if t not in src)
+                times = "twice" if src.count(s) == 2 else f"{src.count(s)} times"
+                return (f"in {what} head {head} of the new {name}, rotate-half row {s} is used {times} and row "
+                        f"{unused} not at all: each row moves, none is copied"), []
+        for j, s in enumerate(src):
+            if s % half != j // 2:
+                return (f"in {what} head {head} of the new {name}, interleaved dimension {j} turns at frequency "
+                        f"{j // 2}, but the row there is rotate-half dimension {s}, which turns at frequency "
+                        f"{s % half}"), []
+        head_turns = []
+        for i in range(half):
+            swapped, same_sign = src[2 * i] >= half, sign[2 * i] == sign[2 * i + 1]
+            if swapped and same_sign:
+                return (f"in {what} head {head} of the new {name}, interleaved pair ({2 * i}, {2 * i + 1}) holds the "
+                        "right two rotate-half dimensions in the wrong order, so the pair turns the other way"), []
+            if not swapped and not same_sign:
+                return (f"in {what} head {head} of the new {name}, one row of interleaved pair ({2 * i}, {2 * i + 1}) "
+                        "is negated: a lone minus sign mirrors the pair, so it turns the other way; moving rows does "
+                        "not change their sign"), []
+            # what is left is a rotation of the right pair: (a, b), (-a, -b), or a quarter turn of it, (-b, a) or (b, -a)
+            head_turns.append(90 if swapped and sign[2 * i] < 0 else 270 if swapped else 0 if sign[2 * i] > 0 else 180)
+        turns.append(head_turns)
+    if (new.bias is None) != (old.bias is None):
+        return f"mha's {name} has a bias and the new layer's has none: each row's bias moves with its row", []
+    if new.bias is not None:
+        moved = old.bias.detach()[torch.tensor(sources)] * torch.tensor(signs, dtype=old.bias.dtype)
+        if not torch.allclose(new.bias.detach(), moved, atol=1e-6):
+            return (f"the rows of {name}.weight moved, but {name}.bias did not move with them: each row's bias goes "
+                    "with its row, and takes its sign"), []
+    return None, turns
+
+
+@checker("12.4")
+def rope_layer_to_interleaved(answer) -> tuple[bool, str]:
+    """A function ``fn(mha) -> MultiHeadAttention``: ``mha`` rotates queries and keys in the rotate-half layout
+    (``RotaryEmbedding(d_k, interleaved=False)``); the returned layer rotates adjacent pairs (``RotaryEmbedding(d_k)``,
+    same base) and gives the same scores at every position and the same output. The scores are compared first;
+    when they differ, the rows of w_q and w_k are traced to say which dimension landed where."""
+    from ..gguf_io import permute_rope_rows
+    from ..multihead import MultiHeadAttention
+    from ..positional import RotaryEmbedding
+    from .nb13 import _forbidden_call
+
+    require(callable_problem(answer, "a function fn(mha)"))
+    g = torch.Generator().manual_seed(124)
+    for d_model, h, kv, base in ((32, 4, 2, 10000.0), (36, 3, 1, 500.0)):
+        with torch.random.fork_rng():  # the layer's initial weights, without moving the notebook's random state
+            torch.manual_seed(124 + h)
+            mha = MultiHeadAttention(d_model, h, num_kv_heads=kv,
+                                     rotary=RotaryEmbedding(d_model // h, base, interleaved=False)).eval()
+        with torch.no_grad():
+            for lin in (mha.w_q, mha.w_k):
+                lin.bias.normal_(generator=g)  # biases as large as the weights' rows: a bias left behind shows
+        before = {k: t.clone() for k, t in mha.state_dict().items()}
+        new, used = _forbidden_call({"attnlib's permute_rope_rows": permute_rope_rows}, answer, mha)
+        require(used and f"your function calls {used}, which does this reordering for you: move the rows yourself")
+        if not isinstance(new, MultiHeadAttention):
+            return False, f"expected a MultiHeadAttention, got {type(new).__name__}"
+        if mha.rotary is None or mha.rotary.interleaved or any(
+                not torch.equal(t, mha.state_dict()[k]) for k, t in before.items()):
+            return False, "the original layer changed: build a new layer and leave mha (weights and rotary) as it was"
+        if (new.d_model, new.num_heads, new.num_kv_heads) != (d_model, h, kv):
+            return False, (f"the new layer has d_model={new.d_model}, {new.num_heads} query heads and "
+                           f"{new.num_kv_heads} key/value heads; mha has {d_model}, {h} and {kv}")
+        if not isinstance(new.rotary, RotaryEmbedding) or not new.rotary.interleaved:
+            return False, ("the new layer must rotate adjacent pairs: give it "
+                           "rotary=RotaryEmbedding(d_k, mha.rotary.base), whose layout is interleaved")
+        if new.rotary.base != mha.rotary.base:
+            return False, (f"the new layer's RotaryEmbedding has base {new.rotary.base:g} and mha's has "
+                           f"{mha.rotary.base:g}: keep mha's frequencies")
+        x = torch.randn(2, 9, d_model, generator=g, dtype=torch.float64)
+        positions = torch.tensor([0, 1, 2, 5, 17, 100, 999, 4096, 50_000])
+        with torch.no_grad():
+            theirs = _rope_scores(mha, x, positions, RotaryEmbedding(mha.d_k, base, interleaved=False).double())
+            ours = _rope_scores(new, x, positions, RotaryEmbedding(mha.d_k, base).double())
+        if not torch.allclose(ours, theirs, rtol=1e-5, atol=1e-4):
+            turns = {}
+            for name, heads, what in (("w_q", h, "query"), ("w_k", kv, "key/value")):
+                problem, turns[name] = _where_rows_went(getattr(new, name), getattr(mha, name), heads, mha.d_k,
+                                                        name, what)
+                if problem:
+                    return False, f"(h={h}, g={kv}) {problem}"
+            for head in range(h):  # query head `head` reads key/value head head // (h / g)
+                kv_head = head // (h // kv)
+                for i, (tq, tk) in enumerate(zip(turns["w_q"][head], turns["w_k"][kv_head])):
+                    if tq != tk:
+                        return False, (f"(h={h}, g={kv}) interleaved pair ({2 * i}, {2 * i + 1}) is "
+                                       f"{_TURN_NAMES[tq]} in query head {head} of the new w_q and "
+                                       f"{_TURN_NAMES[tk]} in key/value head {kv_head} of the new w_k: a query and "
+                                       "its key may both be turned, but by the same amount, or their score changes")
+            return False, f"(h={h}, g={kv}) the scores differ from mha's"  # not reached: every cause is traced above
+        xs = x.float()
+        with torch.no_grad():
+            same_out = torch.allclose(new(xs, xs, xs)[0], mha(xs, xs, xs)[0], atol=1e-5)
+        if not same_out:
+            return False, ("the scores are mha's, but the outputs differ: values are not rotated, so w_v and w_o "
+                           "stay as they were")
+    return True, ("same scores at every position and the same output, for every head and both layers: each head's "
+                  "rows of w_q and w_k moved so that the dimensions rotate-half turns together sit side by side")
