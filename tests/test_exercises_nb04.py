@@ -17,11 +17,25 @@ def with_self(x, y, width):
     return (-((x[:, None] - x[None, :]) ** 2) / (2 * width**2)).softmax(dim=1) @ y
 
 
+def minus_inf_times_eye(x, y, width):  # a natural slip: multiply -inf by the identity matrix
+    scores = -((x[:, None] - x[None, :]) ** 2) / (2 * width**2)
+    return (scores - float("inf") * torch.eye(len(x))).softmax(dim=1) @ y
+
+
+def row_of_minus_inf(x, y, width):  # the diagonal masked, and by mistake all of the first row too
+    scores = -((x[:, None] - x[None, :]) ** 2) / (2 * width**2)
+    blocked = torch.eye(len(x), dtype=torch.bool)
+    blocked[0] = True
+    return scores.masked_fill(blocked, float("-inf")).softmax(dim=1) @ y
+
+
 @pytest.mark.parametrize("wrong, says", [
     (with_self, "sees itself"),
     (lambda x, y, w: right_loo(x, y, w**0.5), "squared"),
     (lambda x, y, w: right_loo(x, y, w)[:-1], "shape"),
     (lambda x, y, w: right_loo(x, y, w).fill_(float("nan")), "NaN"),
+    (minus_inf_times_eye, "-inf times 0"),  # every off-diagonal score is -inf * 0 = NaN, no row is all -inf
+    (row_of_minus_inf, "row of all -inf"),  # the first point's whole row masked: only its prediction is NaN
     (lambda x, y, w: y.clone(), "differ"),
 ])
 def test_41_rejects(wrong, says):
@@ -124,6 +138,12 @@ def max_of_masked_product(scores, mask):  # the max over scores * mask: 0 on an 
     return e / e.sum(-1, keepdim=True).clamp_min(1e-30)
 
 
+def large_negative_fill(scores, mask):  # masked keys filled with -1e4: an empty row comes out uniform
+    s = scores.masked_fill(~mask, -1e4)
+    e = (s - s.amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
 def same_shape_only(scores, mask):
     assert mask.shape == scores.shape
     return right_masked_softmax(scores, mask)
@@ -135,6 +155,7 @@ def same_shape_only(scores, mask):
     (no_clamp, "clamp"),
     (no_clamp_max, "overflows to inf"),  # it clamps the row sum already: "clamp the sum" would be the wrong advice
     (max_of_masked_product, "overflows to inf"),
+    (large_negative_fill, "attends uniformly"),
     (lambda s, m: right_masked_softmax(s, ~m), "polarity"),
     (lambda s, m: s.masked_fill(~m, float("-inf")).softmax(-1).nan_to_num(0.0), "softmax"),
     (lambda s, m: s.masked_fill(~m, -1e9).softmax(-1), "softmax"),

@@ -29,6 +29,9 @@ def leave_one_out_fn(answer) -> tuple[bool, str]:
         got = answer(x.clone(), y.clone(), width)
         require(tensor_problem(got, (30,), what=f"loo_predictions(x, y, {width}) for 30 points"))
         got = got.detach().to(x.dtype)  # a float64 answer is as right as a float32 one
+        if torch.isnan(got).all():  # every prediction: typically a -inf multiplied into the whole score matrix
+            return False, ("every prediction is NaN: -inf times 0 is NaN, so -inf must not be multiplied into the "
+                           "scores; put -inf on the diagonal only")
         if torch.isnan(got).any():
             return False, "NaN in the predictions: a point's own score must drop out without leaving a row of all -inf"
         right = _loo_reference(x, y, width)
@@ -188,13 +191,13 @@ def stable_masked_softmax_fn(answer) -> tuple[bool, str]:
             if what == "scores near 1000":
                 return False, "scores near 1000 give NaN: exp(1000) overflows float32; subtract each row's largest score first"
             return False, f"NaN or inf in the weights for {what}"
+        if torch.allclose(got[:, 2], torch.full((2, 4), 0.25), atol=1e-4):  # before the next test, which it fails too
+            return False, "the row with no allowed key attends uniformly: it must get zero weights"
         if (got[~mask] != 0).any():
             return False, "masked keys must get weight exactly 0"
         if what == "a masked key with the largest score" and torch.allclose(got[:, 0], torch.zeros(2, 4)):
             return False, ("a masked key with a large score wipes out its row: subtract the largest ALLOWED score, "
                            "not the largest of all")
-        if torch.allclose(got[:, 2], torch.full((2, 4), 0.25), atol=1e-4):
-            return False, "the row with no allowed key attends uniformly: it must get zero weights"
         if not torch.allclose(got, right, atol=1e-5):
             return False, f"for {what} the allowed keys' weights are not the softmax of their scores (over the last axis)"
     return True, "masked keys get 0, an empty row gets zeros, and large scores (allowed or masked) do no harm"
