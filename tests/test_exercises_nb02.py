@@ -204,6 +204,21 @@ def right_share_loop(top, data, fmt):  # a loop over the dates, a dict of Python
     return {f: hits[f] / rows[f] for f in hits}
 
 
+def right_share_half(top, data, fmt):  # float16: the shares are rounded to about 3 significant digits
+    return right_share(top, data, fmt).half()
+
+
+def right_share_bfloat16(top, data, fmt):  # bfloat16: about 2 significant digits
+    return right_share(top, data, fmt).bfloat16()
+
+
+def share_of_characters(top, data, fmt):  # compares each argmax position with a character of the text: never equal
+    hits = torch.zeros(N_DATE_FORMATS)
+    for i, (text, span) in enumerate(zip(data.src_raw, data.spans)):
+        hits[int(fmt[i])] += sum(top[i, p] == text[span["year"][1] - 2] for p in (0, 1))
+    return hits / (2 * torch.bincount(fmt, minlength=N_DATE_FORMATS))
+
+
 def right_share_round_trip(top, data, fmt):  # the formats found again from the texts, a list
     found = [next(f for f in range(N_DATE_FORMATS) if format_date(dt.date.fromisoformat(t), f)[0] == s)
              for s, t in zip(data.src_raw, data.tgt_raw)]
@@ -242,6 +257,10 @@ def wrong_at(rule, rows=(0, 1)):  # shares per format of the rows whose argmax p
      "same share"),  # the share over all dates, given to every format
     (lambda top, data, fmt: right_share(top, data, fmt).roll(1), "not right for format"),  # formats in the wrong order
     (lambda top, data, fmt: right_share(top, data, fmt) * 2 * torch.bincount(fmt, minlength=N_DATE_FORMATS), "counts"),
+    (lambda top, data, fmt: right_share(top, data, fmt) * 100, "percentages"),
+    (share_of_characters, "no century row matched"),  # compares positions with characters: nothing ever matches
+    (lambda top, data, fmt: torch.zeros(N_DATE_FORMATS), "no century row matched"),
+    (lambda top, data, fmt: [0.25] * N_DATE_FORMATS, "not right for format"),  # a constant that is not the pooled share
     (lambda top, data, fmt: right_share(top, data, fmt).mean(), "one number"),
     (lambda top, data, fmt: right_share(top, data, fmt)[1:], "shape"),
     (lambda top, data, fmt: {1: 0.5}, "keys"),
@@ -254,7 +273,8 @@ def test_23_rejects(wrong, says):
     assert verdict.ok is False and says in verdict.message, verdict.message
 
 
-@pytest.mark.parametrize("right", [right_share, right_share_loop, right_share_round_trip])
+@pytest.mark.parametrize("right", [right_share, right_share_loop, right_share_round_trip, right_share_half,
+                                   right_share_bfloat16])
 def test_23_accepts(right):
     verdict = check("2.3", right, quiet=True, top=TOP, data=DATA, fmt=FMT)
     assert verdict, verdict.message
