@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from attnlib import format_date
-
+from attnlib.dates import N_DATE_FORMATS
 from attnlib.exercises import check
-from attnlib.exercises.nb02 import _date_data
+from attnlib.exercises.nb02 import _date_data, _fake_dates, tens_digit_truth
 
 
 def right_weights(att, query, keys, key_padding_mask):
@@ -167,63 +167,114 @@ def test_22_accepts(right):
     assert verdict, verdict.message
 
 
-# Five test dates written by format_date: three in format 1 (dd.mm.yy, the tens digit of the year at input 6).
-DATA = _date_data([("2031-11-27", 1), ("2001-05-01", 2), ("1999-02-01", 1), ("1960-05-01", 3), ("2004-03-02", 1)])
-TOP = torch.tensor([[6, 6, 0],    # 27.11.31, format 1: both century rows on the tens digit
-                    [6, 6, 0],    # May 1, 2001, not format 1
-                    [7, 0, 0],    # 01.02.99, format 1: the units digit, then the day
-                    [6, 6, 0],    # 1 may 1960, not format 1
-                    [6, 7, 0]])   # 02.03.04, format 1: tens, then units      -> 3 of 6 century rows on the tens digit
+# Twenty test dates written by format_date, two in every format, and argmax positions for their century rows.
+DAYS = [("2031-11-27", "1999-02-01"), ("2004-03-02", "1971-06-05"), ("2001-05-01", "1958-12-31"),
+        ("1960-05-01", "2049-07-19"), ("2012-10-10", "1987-04-23"), ("2020-02-29", "1966-08-08"),
+        ("2044-01-15", "1950-03-03"), ("1993-09-30", "2027-06-11"), ("1979-11-02", "2038-05-24"),
+        ("2015-12-25", "1962-10-01")]
+FMT = torch.tensor([f for f in range(N_DATE_FORMATS) for _ in range(2)])
+DATA = _date_data([(day, f) for f, pair in enumerate(DAYS) for day in pair])
+TOP = torch.zeros(len(FMT), 11, dtype=torch.long)
+for i, span in enumerate(DATA.spans):  # each date's century rows on (tens digit, first year character), then swapped
+    start, end = span["year"]
+    TOP[i, :2] = torch.tensor([end - 2, start] if i % 2 == 0 else [start + 1, end - 2])
+TOP[4, :2] = torch.tensor([0, 0])  # a 4-digit-year date whose century rows weight the start of the input
+TOP[19, :2] = torch.tensor([len(DATA.src_raw[19]), 0])  # ... and <eos>
 
 
-def fmt1(data):
-    return [i for i, t in enumerate(data.src_raw) if len(t) == 8 and t[2] == "." and t[5] == "."]
+def year_span(data):
+    return torch.tensor([span["year"] for span in data.spans])  # (N, 2): start, end
 
 
-def right_share(top, data):
-    rows = fmt1(data)
-    return sum(int(top[i, p]) == 6 for i in rows for p in (0, 1)) / (2 * len(rows))
+def per_format(hit, fmt):  # hit (N, 2) bool -> (N_DATE_FORMATS,) shares
+    return torch.stack([hit[fmt == f].float().mean() for f in range(N_DATE_FORMATS)])
 
 
-def right_share_spans(top, data):  # the tens digit found through the spans, the count through len(data)
-    hits, n = 0, 0
-    for i in range(len(data)):
-        text = data.src_raw[i]
-        if text.count(".") == 2 and len(text) == 8:
-            tens = data.spans[i]["year"][0]
-            hits += int((top[i, :2] == tens).sum())
-            n += 2
-    return torch.tensor(hits / n)
+def right_share(top, data, fmt):
+    tens = year_span(data)[:, 1] - 2                                    # (N,): the year's tens digit
+    return per_format(top[:, :2] == tens[:, None], fmt)
 
 
-def right_share_round_trip(top, data):  # format 1 found as section 4 finds formats: write the target date again
-    rows = [i for i, (s, t) in enumerate(zip(data.src_raw, data.tgt_raw))
-            if format_date(dt.date.fromisoformat(t), 1)[0] == s]
-    return (top[rows][:, :2] == 6).float().mean()
+def right_share_loop(top, data, fmt):  # a loop over the dates, a dict of Python floats
+    hits, rows = {f: 0 for f in range(N_DATE_FORMATS)}, {f: 0 for f in range(N_DATE_FORMATS)}
+    for i, (text, span) in enumerate(zip(data.src_raw, data.spans)):
+        tens = span["year"][1] - 2
+        hits[int(fmt[i])] += sum(int(top[i, p]) == tens for p in (0, 1))
+        rows[int(fmt[i])] += 2
+    return {f: hits[f] / rows[f] for f in hits}
 
 
-def test_23_fake_data_is_real_dates():
-    assert DATA.src_raw == ["27.11.31", "May 1, 2001", "01.02.99", "1 may 1960", "02.03.04"]
-    assert [s["year"] for s in DATA.spans] == [(6, 8), (7, 11), (6, 8), (6, 10), (6, 8)]
+def right_share_half(top, data, fmt):  # float16: the shares are rounded to about 3 significant digits
+    return right_share(top, data, fmt).half()
+
+
+def right_share_bfloat16(top, data, fmt):  # bfloat16: about 2 significant digits
+    return right_share(top, data, fmt).bfloat16()
+
+
+def share_of_characters(top, data, fmt):  # compares each argmax position with a character of the text: never equal
+    hits = torch.zeros(N_DATE_FORMATS)
+    for i, (text, span) in enumerate(zip(data.src_raw, data.spans)):
+        hits[int(fmt[i])] += sum(top[i, p] == text[span["year"][1] - 2] for p in (0, 1))
+    return hits / (2 * torch.bincount(fmt, minlength=N_DATE_FORMATS))
+
+
+def right_share_round_trip(top, data, fmt):  # the formats found again from the texts, a list
+    found = [next(f for f in range(N_DATE_FORMATS) if format_date(dt.date.fromisoformat(t), f)[0] == s)
+             for s, t in zip(data.src_raw, data.tgt_raw)]
+    return right_share(top, data, torch.tensor(found)).tolist()
+
+
+def test_23_test_data_is_real_dates():
+    assert [format_date(dt.date.fromisoformat(t), int(f))[0] for t, f in zip(DATA.tgt_raw, FMT)] == DATA.src_raw
+    assert DATA.src_raw[2:4] == ["02.03.04", "05.06.71"] and [s["year"] for s in DATA.spans[2:4]] == [(6, 8), (6, 8)]
+
+
+def test_23_fake_dates_of_the_checker():
+    top, data, fmt = _fake_dates()
+    assert torch.bincount(fmt).tolist() == [3] * N_DATE_FORMATS
+    assert [format_date(dt.date.fromisoformat(t), int(f))[0] for t, f in zip(data.tgt_raw, fmt)] == data.src_raw
+    truth = tens_digit_truth(top, data, fmt)
+    assert not (truth[0] == truth).all() and (truth <= 1).all()  # the shares differ between formats
+
+
+def wrong_at(rule, rows=(0, 1)):  # shares per format of the rows whose argmax passes rule(position, start, end)
+    def share(top, data, fmt):
+        start, end = year_span(data).T
+        hit = torch.stack([rule(top[:, p], start, end) for p in rows], 1)
+        return per_format(hit, fmt)
+    return share
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (lambda top, data: sum(int(top[i, p]) in (6, 7) for i in fmt1(data) for p in (0, 1)) / (2 * len(fmt1(data))), "whole two-digit year"),
-    (lambda top, data: sum(int(top[i, p]) == 7 for i in fmt1(data) for p in (0, 1)) / (2 * len(fmt1(data))), "last digit"),
-    (lambda top, data: sum(int(top[i, 0]) == 6 for i in fmt1(data)) / len(fmt1(data)), "count both"),
-    (lambda top, data: sum(int(top[i, p]) == 6 for i in range(len(data.src_raw)) for p in (0, 1)) / (2 * len(data.src_raw)),
-     "all dates"),
-    (lambda top, data: sum(int(top[i, p]) == 6 for i in fmt1(data) for p in (0, 1)), "not a count"),
-    (lambda top, data: 0.3, "does not give"),   # a number typed in
-    (lambda top, data: data.targets, "raised"),  # no such attribute: the message says what the data has
-    (lambda top, data: "half", "a number"),
+    (wrong_at(lambda x, s, e: x == 6), "input 6"),
+    (wrong_at(lambda x, s, e: x == s), "first character"),
+    (wrong_at(lambda x, s, e: x == e - 1), "last digit"),
+    (wrong_at(lambda x, s, e: (s <= x) & (x < e)), "every character of the year"),
+    (wrong_at(lambda x, s, e: x == e - 2, (0,)), "count both"),
+    (wrong_at(lambda x, s, e: x == e - 2, (1,)), "count both"),
+    (lambda top, data, fmt: right_share(top, data, torch.zeros_like(fmt)).nan_to_num().max().repeat(N_DATE_FORMATS),
+     "same share"),  # the share over all dates, given to every format
+    (lambda top, data, fmt: right_share(top, data, fmt).roll(1), "not right for format"),  # formats in the wrong order
+    (lambda top, data, fmt: right_share(top, data, fmt) * 2 * torch.bincount(fmt, minlength=N_DATE_FORMATS), "counts"),
+    (lambda top, data, fmt: right_share(top, data, fmt) * 100, "percentages"),
+    (share_of_characters, "no century row matched"),  # compares positions with characters: nothing ever matches
+    (lambda top, data, fmt: torch.zeros(N_DATE_FORMATS), "no century row matched"),
+    (lambda top, data, fmt: [0.25] * N_DATE_FORMATS, "not right for format"),  # a constant that is not the pooled share
+    (lambda top, data, fmt: right_share(top, data, fmt).mean(), "one number"),
+    (lambda top, data, fmt: right_share(top, data, fmt)[1:], "shape"),
+    (lambda top, data, fmt: {1: 0.5}, "keys"),
+    (lambda top, data, fmt: data.targets, "raised"),  # no such attribute: the message says what the data has
+    (lambda top, data, fmt: "half", "shares"),
     (2 / 3, "function"),
 ])
 def test_23_rejects(wrong, says):
-    verdict = check("2.3", wrong, quiet=True, top=TOP, data=DATA)
+    verdict = check("2.3", wrong, quiet=True, top=TOP, data=DATA, fmt=FMT)
     assert verdict.ok is False and says in verdict.message, verdict.message
 
 
-@pytest.mark.parametrize("right", [right_share, right_share_spans, right_share_round_trip])
+@pytest.mark.parametrize("right", [right_share, right_share_loop, right_share_round_trip, right_share_half,
+                                   right_share_bfloat16])
 def test_23_accepts(right):
-    assert check("2.3", right, quiet=True, top=TOP, data=DATA)
+    verdict = check("2.3", right, quiet=True, top=TOP, data=DATA, fmt=FMT)
+    assert verdict, verdict.message

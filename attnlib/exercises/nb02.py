@@ -202,56 +202,120 @@ def _date_data(dates: list[tuple[str, int]]):
                                 [spans for _, spans in written])
 
 
-def _format1(data) -> list[int]:
-    return [i for i, text in enumerate(data.src_raw) if len(text) == 8 and text[2] == "." and text[5] == "."]
+def _year_rows(top: torch.Tensor, data, fmt, where) -> torch.Tensor:
+    """Per format f (index f of a tensor of N_DATE_FORMATS), the share of the century rows (outputs 0 and 1, or
+    only ``rows``) of the format-f dates whose argmax passes ``where(i, p, start, end)``, with (start, end) the
+    year's input span; NaN for a format with no date."""
+    from attnlib.dates import N_DATE_FORMATS
+
+    hits, rows = torch.zeros(N_DATE_FORMATS, dtype=torch.float64), torch.zeros(N_DATE_FORMATS, dtype=torch.float64)
+    for i, span in enumerate(data.spans):
+        start, end = span["year"]
+        for p in (0, 1):
+            if where(i, p, start, end) is None:
+                continue
+            rows[int(fmt[i])] += 1
+            hits[int(fmt[i])] += bool(where(i, p, start, end))
+    return hits / rows
 
 
-def tens_digit_truth(top: torch.Tensor, data) -> tuple[list[int], float]:
-    """The dates written like 27.11.31, and the share of their century rows (outputs 0 and 1) whose argmax is input 6."""
-    fmt1 = _format1(data)
-    on_tens = sum(int(top[i, p]) == 6 for i in fmt1 for p in (0, 1))
-    return fmt1, on_tens / max(2 * len(fmt1), 1)
+def tens_digit_truth(top: torch.Tensor, data, fmt) -> torch.Tensor:
+    """Per format (N_DATE_FORMATS,): the share of the century rows (outputs 0 and 1) whose argmax is the year's
+    tens digit, the character before the year's last one (input end - 2 of the year's span)."""
+    return _year_rows(top, data, fmt, lambda i, p, start, end: int(top[i, p]) == end - 2)
+
+
+def _fake_dates():
+    """Made-up test data: three dates in every format, and made-up argmax positions for their century rows, each
+    drawn (with a fixed seed) from the year's four candidates, the input's first character and <eos>."""
+    import datetime as dt
+
+    from attnlib.dates import N_DATE_FORMATS
+
+    first = dt.date(1950, 1, 1)
+    dates = [((first + dt.timedelta(days=(7919 * k) % 36524)).isoformat(), k // 3) for k in range(3 * N_DATE_FORMATS)]
+    data = _date_data(dates)
+    fmt = torch.tensor([f for _, f in dates])
+    g = torch.Generator().manual_seed(3)
+    top = torch.zeros(len(dates), 11, dtype=torch.long)  # (N, T): the made-up argmax of every output character
+    for i, (text, span) in enumerate(zip(data.src_raw, data.spans)):
+        start, end = span["year"]
+        candidates = torch.tensor([start, start + 1, end - 2, end - 1, 0, len(text)])
+        top[i, :2] = candidates[torch.randint(len(candidates), (2,), generator=g)]
+    return top, data, fmt
+
+
+def _as_shares(got) -> tuple[torch.Tensor | None, str | None]:
+    """The learner's answer as a float tensor (N_DATE_FORMATS,), or a sentence saying why it is not one."""
+    from attnlib.dates import N_DATE_FORMATS
+
+    if isinstance(got, dict):
+        if set(got) != set(range(N_DATE_FORMATS)):
+            return None, f"your dict has keys {sorted(got)!r}; give one share per format, 0 to {N_DATE_FORMATS - 1}"
+        got = [got[f] for f in range(N_DATE_FORMATS)]
+    try:
+        if isinstance(got, (list, tuple)):
+            got = torch.tensor([float(x) for x in got], dtype=torch.float64)
+        else:
+            got = torch.as_tensor(got).detach().to(torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        return None, (f"expected your function to return {N_DATE_FORMATS} shares (a tensor or a list, format f at "
+                      f"index f), got {type(got).__name__}")
+    if got.dim() == 0:
+        return None, (f"you gave one number; give one share per format: {N_DATE_FORMATS} of them, format f at index f")
+    if tuple(got.shape) != (N_DATE_FORMATS,):
+        return None, (f"expected {N_DATE_FORMATS} shares (one per format, format f at index f), got shape "
+                      f"{tuple(got.shape)}")
+    return got, None
 
 
 @checker("2.3")
-def tens_digit_share(answer, top: torch.Tensor, data) -> tuple[bool, str]:
-    """``answer(top (N, T), data) -> float``: in format 1 (dd.mm.yy), the share of the century rows (output
-    positions 0 and 1) whose argmax is the tens digit of the year (input position 6).
+def tens_digit_share(answer, top: torch.Tensor, data, fmt: torch.Tensor) -> tuple[bool, str]:
+    """``answer(top (N, T), data, fmt (N,)) -> (N_DATE_FORMATS,)``: for every format f, the share of the century rows
+    (output positions 0 and 1) of the format-f dates whose argmax is the year's tens digit.
 
-    Run on made-up argmax positions, and on the notebook's own ``top`` and ``data``."""
-    require(callable_problem(answer, "a function tens_digit_share(top, data)"))
-    fake = _date_data([("2031-11-27", 1), ("2001-05-01", 2), ("1999-02-01", 1), ("1960-05-01", 3), ("2004-03-02", 1),
-                       ("1971-06-05", 1)])  # 27.11.31, May 1, 2001, 01.02.99, 1 may 1960, 02.03.04, 05.06.71
-    fake_top = torch.zeros(6, 11, dtype=torch.long)  # (N, T): the made-up argmax position of every output character
-    fake_top[:, :2] = torch.tensor([[6, 7], [6, 6], [6, 6], [6, 0], [7, 6], [6, 2]])  # 5 of the 8 century rows on input 6
-    for name, (t, d) in {"the made-up argmax positions": (fake_top, fake), "this model's maps": (top, data)}.items():
+    Run on made-up dates and argmax positions (three dates in every format), and on the notebook's own ``top``,
+    ``data`` and ``fmt``."""
+    require(callable_problem(answer, "a function tens_digit_share(top, data, fmt)"))
+    # a format's shares are multiples of 1 / (2 n), n <= 111 dates here, so two of them differ by 0.0045 or more:
+    # atol 2e-3 still tells them apart and lets a right answer in float16 or bfloat16 (rounded by < 0.002) pass
+    same = lambda a, b: torch.allclose(a, b, atol=2e-3, equal_nan=True)  # noqa: E731
+    for name, (t, d, f) in {"the made-up dates": _fake_dates(), "this model's maps": (top, data, fmt)}.items():
         try:
-            got = answer(t, d)
+            got = answer(t, d, f)
         except Exception as err:  # noqa: BLE001  the learner's own code failed
-            return False, (f"your function raised {err.__class__.__name__}: {err}; it gets top (N, T) and data "
-                           "(data.src_raw, the input texts; data.tgt_raw, the dates as YYYY-MM-DD; data.spans, each "
-                           "field's input span; len(data))")
-        try:
-            got = float(got)
-        except (TypeError, ValueError):
-            return False, f"expected your function to return a number (a share between 0 and 1), got {type(got).__name__}"
-        fmt1, truth = tens_digit_truth(t, d)
-        if abs(got - truth) < 1e-6:
+            return False, (f"your function raised {err.__class__.__name__}: {err}; it gets top (N, T), data (data.src_raw, "
+                           "the input texts; data.spans, each field's (start, end) input span) and fmt (N,), the "
+                           "format of each date: use these, not the notebook's variables")
+        got, problem = _as_shares(got)
+        require(problem)
+        truth = tens_digit_truth(t, d, f)
+        if same(got, truth):
             continue
-        rows = [(i, p) for i in fmt1 for p in (0, 1)]
-        share = lambda hit, rows: sum(hit(i, p) for i, p in rows) / max(len(rows), 1)  # noqa: E731
-        if got > 1:
-            return False, "give a share between 0 and 1, not a count"
-        if abs(got - share(lambda i, p: int(t[i, p]) in (6, 7), rows)) < 1e-6:
-            return False, "you counted the whole two-digit year; only its tens digit (the 3 of 31) decides the century"
-        if abs(got - share(lambda i, p: int(t[i, p]) == 7, rows)) < 1e-6:
-            return False, "that is the last digit of the year; the century follows from the one before it"
-        if abs(got - share(lambda i, p: int(t[i, p]) == 6, [(i, 0) for i in fmt1])) < 1e-6 or \
-                abs(got - share(lambda i, p: int(t[i, p]) == 6, [(i, 1) for i in fmt1])) < 1e-6:
+        at = lambda rule, rows=(0, 1): _year_rows(t, d, f, lambda i, p, s, e: rule(int(t[i, p]), s, e) if p in rows else None)  # noqa: E731
+        if (got[~got.isnan()] > 1).any():
+            return False, "give shares between 0 and 1, not counts or percentages"
+        if same(got, at(lambda x, s, e: x == 6)):
+            return False, ("input 6 is the tens digit of the year only where the year is written last with two digits "
+                           "(27.11.31); find the year of each date through data.spans")
+        if same(got, at(lambda x, s, e: x == s)):
+            return False, "that is the year's first character, which is its tens digit only when the year has two digits"
+        if same(got, at(lambda x, s, e: x == e - 1)):
+            return False, "that is the year's last digit (the 1 of 31); the tens digit is the one before it (the 3)"
+        if same(got, at(lambda x, s, e: s <= x < e)):
+            return False, "you counted every character of the year; count only its tens digit"
+        if same(got, at(lambda x, s, e: x == e - 2, (0,))) or same(got, at(lambda x, s, e: x == e - 2, (1,))):
             return False, "the century has two output rows (positions 0 and 1); count both"
-        everyone = [(i, p) for i in range(len(d.src_raw)) for p in (0, 1)]
-        if abs(got - share(lambda i, p: int(t[i, p]) == 6, everyone)) < 1e-6:
-            return False, "that is over all dates; keep only those written like 27.11.31 (a two-digit year)"
-        return False, f"on {name} your function does not give the share of format-1 century rows whose argmax is the year's tens digit"
-    fmt1, _ = tens_digit_truth(top, data)
-    return True, f"your function finds the {len(fmt1)} format-1 dates here and the share of their century rows on the tens digit"
+        if (got.nan_to_num(0.0).abs() < 1e-3).all():  # the right shares are not all 0 here (checked above)
+            return False, ("no century row matched in any format: top holds input positions (integers), so compare "
+                           "them with the input position of the year's tens digit (from data.spans), not with a "
+                           "character or a digit")
+        over_all = tens_digit_truth(t, d, [0] * len(d.spans))[0]  # the share over all dates, formats pooled
+        if same(got, over_all.expand_as(truth)) and not same(got, truth):
+            return False, "every format got the same share: entry f must count only the dates in format f (fmt == f)"
+        wrong = [k for k in range(len(truth)) if not same(got[k:k + 1], truth[k:k + 1])]
+        return False, (f"on {name} your share is not right for format(s) {', '.join(map(str, wrong))}: the share of "
+                       "that format's century rows whose argmax is the year's tens digit")
+    counts = torch.bincount(fmt.long(), minlength=len(tens_digit_truth(top, data, fmt)))
+    return True, (f"your function gives every format's share of century rows on the tens digit "
+                  f"({int(counts.min())} to {int(counts.max())} dates per format here)")
