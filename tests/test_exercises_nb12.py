@@ -70,6 +70,11 @@ def test_12_1_accepts_the_merge():
     assert check("12.1", merge_normalised_first, quiet=True)
 
 
+def test_12_1_accepts_a_merge_in_float64():
+    """A right merge computed in float64 is right: it is compared in the inputs' dtype, not refused with an error."""
+    assert check("12.1", lambda *stats: merge_right(*(t.double() for t in stats)), quiet=True)
+
+
 @pytest.mark.parametrize("wrong, says", [
     (merge_no_rescale, "its own maximum"),
     (merge_average, "equal weight"),
@@ -123,7 +128,7 @@ def test_12_2_rejects_typical_mistakes(wrong, says):
     assert verdict.ok is False and says in verdict.message, verdict.message
 
 
-def window_tiled(q, k, v, window, block_size, skip_before=True, off_by_one=0, skip_shift=0):
+def window_tiled(q, k, v, window, block_size, skip_before=True, off_by_one=0, skip_shift=0, skip_future=True):
     """The exercise's solution; the keywords switch on the mistakes learners make."""
     import math
 
@@ -135,7 +140,7 @@ def window_tiled(q, k, v, window, block_size, skip_before=True, off_by_one=0, sk
         m = torch.full((*qb.shape[:-1], 1), float("-inf"))
         l, acc = torch.zeros_like(m), torch.zeros(*qb.shape[:-1], v.shape[-1])
         first = max(0, qs - window + 1 + skip_shift) // block_size * block_size if skip_before else 0
-        for ks in range(first, qe, block_size):
+        for ks in range(first, qe if skip_future else L, block_size):
             ke = min(ks + block_size, L)
             s = qb @ k[..., ks:ke, :].transpose(-2, -1)
             offset = torch.arange(qs, qe)[:, None] - torch.arange(ks, ke)[None, :]
@@ -168,6 +173,36 @@ def test_12_3_accepts_a_window_that_skips_tiles():
                 q[..., qs:qe, :], k[..., ks:qe, :], v[..., ks:qe, :], attn_mask=(off >= 0) & (off < window)))
         return torch.cat(outs, -2)
     assert check("12.3", sliced, quiet=True)
+
+
+def test_12_3_accepts_a_window_in_float64():
+    """The same tiles computed in float64: the output is compared in q's dtype, not refused with an error."""
+    def in_float64(q, k, v, window, block_size):
+        return window_tiled(q.double(), k.double(), v.double(), window, block_size)
+    assert check("12.3", in_float64, quiet=True)
+
+
+def two_passes(q, k, v, window, block_size):
+    """Only the tiles that hold an allowed key, but two passes over them: the maximum first, then the sum and the
+    weighted values, so every score is computed twice (the work of about 69 tiles where 45 are needed)."""
+    import math
+
+    L, b, scale, outs = q.shape[-2], block_size, 1 / math.sqrt(q.shape[-1]), []
+    for qs in range(0, L, b):
+        qe = min(qs + b, L)
+        qb, tiles = q[..., qs:qe, :] * scale, range(max(0, qs - window + 1) // b * b, qe, b)
+
+        def scores(ks):
+            ke = min(ks + b, L)
+            off = torch.arange(qs, qe)[:, None] - torch.arange(ks, ke)[None, :]
+            return (qb @ k[..., ks:ke, :].transpose(-2, -1)).masked_fill((off < 0) | (off >= window), float("-inf"))
+        m = torch.stack([scores(ks).amax(-1) for ks in tiles]).amax(0)[..., None]  # first pass: the maximum
+        l, acc = 0, 0
+        for ks in tiles:  # second pass: the same scores again
+            p = torch.exp(scores(ks) - m)
+            l, acc = l + p.sum(-1, keepdim=True), acc + p @ v[..., ks:min(ks + b, L), :]
+        outs.append(acc / l)
+    return torch.cat(outs, -2)
 
 
 def window_mask(L, window):
@@ -239,11 +274,14 @@ def rows_by_hand(q, k, v, window, block_size):
 
 @pytest.mark.parametrize("wrong, says", [
     (dense_teaching, "dense attention"),
-    (dense_fused, "skip the tiles that lie entirely before the window"),
+    (dense_fused, "tiles in the future too, or dense attention"),  # the fused kernel: all 256 tiles
     (dense_broadcast, "dense attention"),
     (all_tiles_in_one_product, "dense attention"),
     (library_with_window_mask, "skip the tiles that lie entirely before the window"),
     (lambda q, k, v, w, b: window_tiled(q, k, v, w, b, skip_before=False), "skip the tiles that lie entirely before"),
+    (lambda q, k, v, w, b: window_tiled(q, k, v, w, b, skip_before=False, skip_future=False),
+     "tiles in the future too"),  # no tile skipped at all
+    (two_passes, "compute each score once"),  # only the needed tiles, but each one's scores computed twice
     (lambda q, k, v, w, b: window_tiled(q, k, v, w, b, off_by_one=1), "one key too many"),
     (lambda q, k, v, w, b: window_tiled(q, k, v, w, b, off_by_one=-1), "one key too few"),
     (lambda q, k, v, w, b: window_tiled(q, k, v, w, b, skip_shift=8), "a tile skipped that still held allowed keys"),
@@ -395,3 +433,14 @@ def test_12_4_rejects_typical_mistakes(wrong, says):
     assert verdict.ok is False and says in verdict.message, verdict.message
     for right in ("[0, 8, 1, 9", "[0, 2, 4", "i + d/2", "i + d_k/2"):  # never the answer itself
         assert right not in verdict.message, verdict.message
+
+
+@pytest.mark.parametrize("wrong", [
+    two_passes,
+    dense_fused,
+    lambda q, k, v, w, b: window_tiled(q, k, v, w, b, skip_before=False, skip_future=False),
+])
+def test_12_3_names_no_false_cause(wrong):
+    """Too much work that does not come from the tiles before the window is not blamed on them."""
+    verdict = check("12.3", wrong, quiet=True)
+    assert verdict.ok is False and "before the window" not in verdict.message, verdict.message

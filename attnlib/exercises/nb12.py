@@ -39,6 +39,9 @@ def merge_halves(answer) -> tuple[bool, str]:
     if not isinstance(out, torch.Tensor) or out.shape != (9, 5):
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         return False, f"expected the attention output, a tensor of shape (9, 5) (rows, d_v), got {got}"
+    if not out.is_floating_point():
+        return False, f"expected a floating-point output, got dtype {out.dtype}"
+    out = out.to(s.dtype)  # a right answer computed in float64 is right too
     right = torch.softmax(s, dim=-1) @ v
     right[6] = 0.0  # the row with no allowed key: zeros, as in attnlib
     keyed = [0, 1, 2, 3, 4, 5, 7, 8]  # rows with at least one allowed key
@@ -178,7 +181,10 @@ def window_tiles(answer) -> tuple[bool, str]:
     1.25 x those of the tiles that hold an allowed key (4 * bq * bk * d per tile and head: scores, then weights @
     values) and be at least those of the allowed (query, key) pairs themselves (4 * d each). Elementwise products
     and their sums count too (one FLOP per product and per summed number), so scores written out by hand cannot
-    hide work; and no floating-point tensor may be as large as half the (L, L) scores of all heads."""
+    hide work; and no floating-point tensor may be as large as half the (L, L) scores of all heads. When the work is
+    too large, two more calls name the cause: one tile as long as the sequence (scores computed more than once), then
+    a window as long as the sequence (tiles in the future, or dense attention); otherwise the tiles before the window
+    were not skipped. An output in another floating-point dtype (float64) is compared after conversion."""
     require(callable_problem(answer, "a function fn(q, k, v, window, block_size)"))
     g = torch.Generator().manual_seed(123)
     cases = [(100, 20, 32), (256, 40, 32), (70, 1, 16), (50, 64, 16), (96, 32, 32)]  # (L, window, block)
@@ -189,6 +195,9 @@ def window_tiles(answer) -> tuple[bool, str]:
         if not isinstance(out, torch.Tensor) or out.shape != q.shape:
             got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             return False, f"expected an output of shape {tuple(q.shape)} (like q), got {got}"
+        if not out.is_floating_point():
+            return False, f"expected a floating-point output, got dtype {out.dtype}"
+        out = out.to(q.dtype)  # a right answer computed in float64 is right too
         right = _window_reference(q, k, v, window)
         if not torch.allclose(out, right, atol=1e-5):
             row = int((out - right).abs().amax(dim=(0, 1, 3)).gt(1e-5).nonzero()[0])
@@ -202,24 +211,43 @@ def window_tiles(answer) -> tuple[bool, str]:
                            "window mask (a tile skipped that still held allowed keys, or the mask inside a tile)")
     (B, h, L, d), window, block = (2, 2, 512, 8), 40, 32
     q, k, v = (torch.randn(B, h, L, d, generator=g) for _ in range(3))
-    work = _CountWork()
-    with torch.no_grad(), work:
-        answer(q, k, v, window, block)
+
+    def tiles_of_work(window: int, block: int) -> tuple[float, int]:
+        """The work of one call, in (block, block) tiles of all heads, and the largest tensor it made."""
+        work = _CountWork()
+        with torch.no_grad(), work:
+            answer(q, k, v, window, block)
+        return work.flops / (4 * B * h * block * block * d), work.largest
+
+    tiles, largest = tiles_of_work(window, block)
     needed, causal = _tiles_needed(L, window, block), _tiles_needed(L, L, block)
-    per_tile = 4 * B * h * block * block * d
-    if work.largest >= B * h * L * L // 2:
-        return False, (f"right output, but for L={L} one of your tensors holds {work.largest:,} numbers, as many as "
+    if largest >= B * h * L * L // 2:
+        return False, (f"right output, but for L={L} one of your tensors holds {largest:,} numbers, as many as "
                        f"the (L, L) scores of all heads: that is dense attention; compute one tile at a time")
     allowed = sum(min(i + 1, window) for i in range(L))  # (query, key) pairs the window allows, per head
-    if work.flops < 4 * B * h * d * allowed:
+    if tiles * 4 * B * h * block * block * d < 4 * B * h * d * allowed:
         return False, (f"right output, but for L={L}, window={window} your products do less work than the allowed "
                        f"scores alone need: compute each tile's scores and weighted sum with products the check can "
                        f"count (matrix products, attention kernels, or elementwise products and their sums)")
-    if work.flops > 1.25 * needed * per_tile:
+    if tiles > 1.25 * needed:
+        # Too much work. Two more calls tell the causes apart: with one tile as long as the sequence, nothing can be
+        # skipped, so more than 1.25 tiles of work means scores computed more than once; with a window as long as
+        # the sequence, every tile on or before the diagonal is needed, so more than 1.25 x those means tiles in the
+        # future (or the whole (L, L) product); otherwise the excess is in the tiles before the window.
+        whole, _ = tiles_of_work(L, L)
+        if whole > 1.25:
+            return False, (f"right output, but with one tile as long as the sequence (L={L}, block {L}) your "
+                           f"products do the work of {whole:.1f} such tiles: compute each score once (one "
+                           f"pass with the online softmax, not one pass for the maximum and another for the sum)")
+        no_window, _ = tiles_of_work(L, block)
+        if no_window > 1.25 * causal:
+            return False, (f"right output, but with a window as long as the sequence (L={L}, block {block}) your "
+                           f"products do the work of {no_window:.0f} tiles, and only {causal} tiles lie on or before "
+                           f"the diagonal: you compute tiles in the future too, or dense attention")
         return False, (f"right output, but for L={L}, window={window}, block {block} your products do the work "
-                       f"of {work.flops / per_tile:.0f} tiles, and only {needed} tiles hold an allowed key; skip the "
-                       f"tiles that lie entirely before the window too, not only those in the future ({causal} tiles)")
-    return True, (f"right output, and the work of {work.flops / per_tile:.0f} tiles where {needed} tiles hold allowed "
+                       f"of {tiles:.0f} tiles, and only {needed} tiles hold an allowed key; skip the tiles that lie "
+                       f"entirely before the window too, not only those in the future ({causal} tiles)")
+    return True, (f"right output, and the work of {tiles:.0f} tiles where {needed} tiles hold allowed "
                   f"keys (causal skipping alone computes {causal})")
 
 
