@@ -84,9 +84,27 @@ def by_hand_each_step(att, queries, keys, key_padding_mask):  # the weight taken
     return torch.cat(steps, 1)
 
 
+def keys_once_float64(att, queries, keys, key_padding_mask):  # right, with the softmax taken in float64
+    key_part = att.W_h(keys)
+    steps = [att.v(torch.tanh(att.W_s(queries[:, t])[:, None] + key_part)).squeeze(-1)
+             .masked_fill(~key_padding_mask, float("-inf")).softmax(-1, dtype=torch.float64) for t in range(queries.shape[1])]
+    return torch.stack(steps, 1)
+
+
+def numpy_each_step(att, queries, keys, key_padding_mask):  # the keys projected in numpy at every step: unseen by torch
+    steps = []
+    for t in range(queries.shape[1]):
+        proj = torch.from_numpy(keys.numpy() @ att.W_h.weight.detach().numpy().T) + att.W_h.bias
+        steps.append(steps_from(att, queries[:, t:t + 1], proj, key_padding_mask))
+    return torch.cat(steps, 1)
+
+
 @pytest.mark.parametrize("wrong, says", [
     (module_each_step, "calls att itself"),
     (module_keys_once, "calls att itself"),
+    (lambda att, q, k, kpm: layers_each_step(att, q, k, kpm).double(), "projected 4 times"),
+    (lambda att, q, k, kpm: keys_once_layers(att, q, k, torch.ones_like(kpm)).double(), "masked keys"),
+    (lambda att, q, k, kpm: steps_from(att, q, k @ att.W_h.weight.T, kpm).double(), "differ"),
     (layers_each_step, "projected 4 times"),
     (by_hand_each_step, "projected 4 times"),
     (keys_repeated, "projected for every step"),
@@ -105,10 +123,16 @@ def test_21_rejects(wrong, says):
 
 
 @pytest.mark.parametrize("right", [keys_once_layers, keys_once_project_keys, keys_once_by_hand, keys_once_flat,
-                                   keys_once_transposed, right_all_steps])
+                                   keys_once_transposed, right_all_steps, keys_once_float64,
+                                   lambda att, q, k, kpm: keys_once_layers(att, q, k, kpm).double()])
 def test_21_accepts(right):
     verdict = check("2.1", right, quiet=True)
     assert verdict, verdict.message
+
+
+def test_21_message_says_what_was_measured():  # numpy hides the projections from the check: it claims no more than it saw
+    verdict = check("2.1", numpy_each_step, quiet=True)
+    assert "no more than once" in verdict.message and "projected once" not in verdict.message, verdict.message
 
 
 @pytest.mark.parametrize("wrong, says", [
@@ -129,6 +153,14 @@ def test_21_accepts(right):
      .masked_fill(~kpm[:, None], float("-inf")).softmax(-1), "tanh"),
     (lambda att, q, k, kpm: right_weights(att, q[:, 0], k, kpm), "shape"),
     (lambda att, q, k, kpm: att.W_s(q) + att.W_h(k), "size-1 axis"),
+    # one pass, no loop, but a layer applied through its weight: the message must not speak of a loop
+    (lambda att, q, k, kpm: (torch.tanh(att.W_s(q)[:, :, None] + att.W_h(k)[:, None]) @ att.v.weight.T).squeeze(-1)
+     .masked_fill(~kpm[:, None], float("-inf")).softmax(-1), "att.v was never called"),
+    (lambda att, q, k, kpm: att.v(torch.tanh(torch.einsum("btd,ad->bta", q, att.W_s.weight)[:, :, None]
+                                             + att.W_h(k)[:, None])).squeeze(-1)
+     .masked_fill(~kpm[:, None], float("-inf")).softmax(-1), "att.W_s was never called"),
+    (lambda att, q, k, kpm: layers_each_step(att, q, k, kpm).double(), "no loop over the steps"),
+    (lambda att, q, k, kpm: right_all_steps(att, q, k, kpm).double().softmax(1), "over the steps"),
     # each query projected once per key: one call of att.W_s, but on B * T * L vectors
     (lambda att, q, k, kpm: att.v(torch.tanh(att.W_s(q[:, :, None].expand(-1, -1, k.shape[1], -1))
                                              + att.W_h(k)[:, None])).squeeze(-1)
@@ -159,6 +191,9 @@ def queries_flat(att, queries, keys, key_padding_mask):  # W_s on the queries fl
     right_all_steps,
     queries_4d,
     queries_flat,
+    lambda att, q, k, kpm: right_all_steps(att, q, k, kpm).double(),
+    lambda att, q, k, kpm: att.v(torch.tanh(att.W_s(q)[:, :, None] + att.W_h(k)[:, None])).squeeze(-1)
+    .masked_fill(~kpm[:, None], float("-inf")).softmax(-1, dtype=torch.float64),
     lambda att, q, k, kpm: att.v(torch.tanh(att.W_s(q).unsqueeze(2) + att.W_h(k).unsqueeze(1)))
     .squeeze(-1).masked_fill(~kpm.unsqueeze(1), float("-inf")).softmax(dim=-1),
 ])

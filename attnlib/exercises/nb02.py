@@ -102,6 +102,14 @@ def _steps_problem(answer, name: str, seed: int):
     return att, queries, keys, key_padding_mask, _reference(att, queries, keys, key_padding_mask)
 
 
+def _as_float(got, right: torch.Tensor):
+    """``got`` detached and in ``right``'s dtype when it is a floating-point tensor (a right answer in float64 is
+    right), else ``got`` unchanged."""
+    if isinstance(got, torch.Tensor) and got.is_floating_point():
+        return got.detach().to(right.dtype)
+    return got
+
+
 def _weights_problem(got, right, key_padding_mask, B: int, T: int, L: int) -> str | None:
     """What is wrong with weights ``got`` (B, T, L) against ``right``, or None."""
     if isinstance(got, torch.Tensor) and tuple(got.shape) == (B, L, T):
@@ -109,7 +117,7 @@ def _weights_problem(got, right, key_padding_mask, B: int, T: int, L: int) -> st
     problem = tensor_problem(got, (B, T, L), what="the weights (B, T, L)")
     if problem:
         return problem
-    got = got.detach()
+    got = _as_float(got, right)
     over_steps = got.nan_to_num(0.0).sum(1)  # (B, L): 1 at every real key if the softmax ran over the steps
     if torch.allclose(over_steps[key_padding_mask], torch.ones(int(key_padding_mask.sum())), atol=1e-5):
         return "your softmax runs over the steps (dim 1); each step's weights are a distribution over the keys (the last axis)"
@@ -140,7 +148,8 @@ def step_weights_keys_once(answer) -> tuple[bool, str]:
             return False, ("your function calls att itself; build each step's scores from att.W_s, att.W_h and att.v, "
                            "then a masked softmax")
     require(_weights_problem(got, right, key_padding_mask, B, T, L))
-    if not torch.allclose(got.detach(), right, atol=1e-5):
+    got = _as_float(got, right)
+    if not torch.allclose(got, right, atol=1e-5):
         return False, f"the weights differ from AdditiveAttention's step by step: {_WRONG_SCORE}"
     if projections.vectors > B * L and projections.count > 1:
         return False, (f"the weights are right, but the keys were projected {projections.count} times (with att.W_h's "
@@ -150,7 +159,8 @@ def step_weights_keys_once(answer) -> tuple[bool, str]:
         return False, (f"the weights are right, but your keys were projected for every step: the projection held "
                        f"{projections.vectors} key vectors, not the B * L = {B * L} keys. Project the keys (B, L, Dk) "
                        "themselves once, with no copy per step, and let every step reuse the result")
-    return True, f"every step's weights equal AdditiveAttention's, with the keys projected once for {T} steps"
+    return True, (f"every step's weights equal AdditiveAttention's, and the check saw the keys projected with att.W_h's "
+                  f"weight no more than once for the {T} steps")
 
 
 @checker("2.2")
@@ -167,13 +177,19 @@ def all_step_weights(answer) -> tuple[bool, str]:
             return False, (f"your function raised {err.__class__.__name__}: {str(err).splitlines()[0]} (the queries and "
                            "the keys each need a size-1 axis where the other has its steps or its positions)")
     require(_weights_problem(got, right, key_padding_mask, B, T, L))
-    if not torch.allclose(got.detach(), right, atol=1e-5):
+    got = _as_float(got, right)
+    if not torch.allclose(got, right, atol=1e-5):
         with torch.no_grad():
             no_tanh = att.v(att.W_s(queries)[:, :, None] + att.W_h(keys)[:, None]).squeeze(-1)
         if torch.allclose(got, no_tanh.masked_fill(~key_padding_mask[:, None], float("-inf")).softmax(-1), atol=1e-5):
             return False, "the tanh is missing: score = v . tanh(W_s s + W_h h + b)"
         return False, f"the weights differ from AdditiveAttention's step by step: {_WRONG_SCORE}"
     counts = {name: len(sizes) for name, sizes in calls.items()}
+    never = [f"att.{name}" for name, n in counts.items() if n == 0]
+    if never:
+        return False, (f"the weights are right, but {' and '.join(never)} {'was' if len(never) == 1 else 'were'} never "
+                       "called (the check counts calls of the layers, not uses of their weights): apply each layer "
+                       "itself, once, on all the steps together, e.g. att.v(hidden)")
     if counts != {"W_s": 1, "W_h": 1, "v": 1}:
         return False, (f"the weights are right, but the layers ran {counts['W_s']}, {counts['W_h']} and {counts['v']} times "
                        "(att.W_s, att.W_h, att.v): call each once, on all the steps together, with no loop over the steps")
