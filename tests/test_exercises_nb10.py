@@ -40,6 +40,13 @@ def padded_batch(model, src, seqs, eos=True, eos_last=False, pad_id=None, bos_in
               "raw_logits": lambda: (-logits.gather(-1, tgt[..., None])[..., 0])[real].mean(),
               "unshifted": lambda: (-model.decode(tgt, model.encode(src).memory).log_softmax(-1)
                                     .gather(-1, tgt[..., None])[..., 0])[real].mean(),
+              "double_shift": lambda: (-logits[:, :-1].log_softmax(-1).gather(-1, tgt[:, 1:, None])[..., 0])
+              [real[:, 1:]].mean(),
+              "gather_input": lambda: (-logits.log_softmax(-1).gather(-1, inputs[..., None])[..., 0])[real].mean(),
+              "sum_over_B": lambda: nll[real].sum() / len(seqs), "sum_over_BL": lambda: nll[real].sum() / tgt.numel(),
+              "sum_over_12": lambda: nll[real].sum() / 12,  # the notebook batch's real-token count, typed in
+              "probs": lambda: -logits.softmax(-1).gather(-1, tgt[..., None])[..., 0][real].mean(),
+              "int": lambda: int(nll[real].mean()),
               "float": lambda: float(nll[real].mean()), "vector": lambda: nll[real],
               "numpy": lambda: nll[real].mean().detach().numpy(),  # a 0-d array
               "np_float32": lambda: np.float32(nll[real].mean().item()),
@@ -88,6 +95,10 @@ def test_10_1_accepts_the_padded_batch(tiny_and_batch, options):
     (dict(loss="sign"), "wrong sign"),
     (dict(loss="raw_logits"), "log_softmax"),
     (dict(loss="unshifted"), "the target itself fed as the decoder input"),
+    (dict(loss="double_shift"), "shifts a second time"),
+    (dict(loss="gather_input"), "own input token"),
+    (dict(loss="sum_over_B"), "number of sequences"),
+    (dict(loss="sum_over_BL"), "pads included"),
     (dict(loss="vector"), "one number"),
     (dict(loss="numpy_vector"), "got an array of shape"),
 ])
@@ -105,6 +116,37 @@ def test_10_1_runs_a_reordered_batch_too(tiny_and_batch):
     verdict = check("10.1", wrong, quiet=True, seqs=seqs, model=model, src=src)
     assert verdict.ok is False and verdict.message.startswith("on the same sequences moved up one row"), \
         verdict.message
+
+
+def hard_coded(model, src, seqs):
+    """The solution with B, L = 3, 6 read off the notebook's batch by eye."""
+    B, L = 3, 6
+    tgt = torch.full((B, L), model.pad_id)
+    tgt_in = torch.full((B, L), model.pad_id)
+    for b, s in enumerate(seqs):
+        tgt[b, : len(s) + 1] = torch.tensor(s + [model.eos_id])
+        tgt_in[b, : len(s) + 1] = torch.tensor([model.bos_id] + s)
+    log_p = model.decode(tgt_in, model.encode(src).memory).log_softmax(-1).gather(-1, tgt[..., None])[..., 0]
+    return tgt, tgt_in, -log_p[tgt != model.pad_id].mean()
+
+
+@pytest.mark.parametrize("wrong", [hard_coded, lambda m, s, q: padded_batch(m, s, q, loss="sum_over_12")])
+def test_10_1_rejects_the_notebook_batch_s_sizes_typed_in(tiny_and_batch, wrong):
+    """B, L = 3, 6 and a sum divided by 12 (the notebook batch's real tokens) pass on the notebook's batch and on
+    its rows moved; the bigger batch shows them."""
+    model, src, seqs = tiny_and_batch
+    verdict = check("10.1", wrong, quiet=True, seqs=seqs, model=model, src=src)
+    assert verdict.ok is False and verdict.message.startswith("on a bigger batch"), verdict.message
+
+
+@pytest.mark.parametrize("loss", ["probs", "int"])
+def test_10_1_catch_all_gives_no_recipe(tiny_and_batch, loss):
+    model, src, seqs = tiny_and_batch
+    verdict = check("10.1", lambda m, s, q: padded_batch(m, s, q, loss=loss), quiet=True, seqs=seqs, model=model,
+                    src=src)
+    assert verdict.ok is False and "not the loss training minimises" in verdict.message, verdict.message
+    for word in ("pad", "average", "mean", "tgt_in", "log"):
+        assert word not in verdict.message, verdict.message
 
 
 def test_10_1_says_what_the_answer_must_be(tiny_and_batch):

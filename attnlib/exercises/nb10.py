@@ -122,14 +122,22 @@ def _loss_problem(answer, model, src: torch.Tensor, tgt: torch.Tensor, tgt_in: t
                                                                    "vocabulary first")),
         (nll(model.decode(tgt, memory))[real].mean(), ("the loss comes from logits of the target itself fed as the "
                                                         "decoder input; run the decoder on tgt_in")),
+        ((-logits[:, :-1].log_softmax(-1).gather(-1, tgt[:, 1:, None])[..., 0])[real[:, 1:]].mean(),
+         ("the loss shifts a second time: tgt_in is already shifted right, so the logits at position t are scored "
+          "against the target at position t, not t + 1")),
+        ((-logits.log_softmax(-1).gather(-1, tgt_in.long()[..., None])[..., 0])[real].mean(),
+         ("the loss scores each position's own input token (tgt_in); the logits at position t predict the target "
+          "token there, tgt[t]")),
+        (per[real].sum() / tgt.shape[0], ("the loss divides its sum by the number of sequences; the mean is over "
+                                          "positions")),
+        (per[real].sum() / tgt.numel(), ("the loss divides its sum by every position of the rectangle, pads "
+                                         "included")),
     ]
     for value, says in slips:
         value = float(value)
         if abs(value - right) > 1e-4 * max(1.0, abs(right)) and abs(answer - value) <= 1e-4 * max(1.0, abs(value)):
             return says
-    return ("the loss differs from the mean cross-entropy of the model's logits over the real target positions "
-            "(run the decoder on tgt_in with the memory of src, then average minus the log-probabilities of the "
-            "target tokens where the target is not a pad)")
+    return "your loss is not the loss training minimises on this batch"
 
 
 @checker("10.1")
@@ -137,14 +145,20 @@ def padded_batch(answer, seqs, model, src: torch.Tensor) -> tuple[bool, str]:
     """A function ``fn(model, src, seqs) -> (tgt, tgt_in, loss)`` for target id lists ``seqs`` of different lengths
     (no ``<eos>``): the padded target ``(B, L)`` (each sequence, ``<eos>``, then pads; L = longest + 1), the decoder
     input ``(B, L)`` teacher forcing feeds, and the teacher-forced loss, the mean cross-entropy over the target's
-    real (non-pad) positions, which must equal attnlib's ``sequence_loss`` on the same batch. It is run on ``seqs`` and
-    on the same sequences each moved up one row (so that a length read off one row, not the batch, shows)."""
+    real (non-pad) positions, which must equal attnlib's ``sequence_loss`` on the same batch. It is run on ``seqs``,
+    on the same sequences each moved up one row (so that a length read off one row, not the batch, shows), and on a
+    bigger batch: ``seqs`` plus one sequence two tokens longer than the longest, with one more source row (so that a
+    B, an L or a count of real tokens typed in for the notebook's batch shows)."""
     require(callable_problem(answer, "a function fn(model, src, seqs) returning (tgt, tgt_in, loss)"))
     pad, bos, eos = model.pad_id, model.bos_id, model.eos_id
     seqs = [list(s) for s in seqs]
     moved = seqs[1:] + seqs[:1], torch.cat([src[1:], src[:1]])  # every row moved up one, the first to the end
-    for order, (batch, source) in enumerate(((seqs, src), moved)):
-        where = "" if order == 0 else "on the same sequences moved up one row each (the first one last), "
+    tokens = [i for s in seqs for i in s] or [eos]
+    longer = [tokens[i % len(tokens)] for i in range(max(map(len, seqs)) + 2)]  # target ids the batch already uses
+    bigger = seqs + [longer], torch.cat([src, src[-1:].flip(1)])  # B + 1 rows, L + 2 columns, more real tokens
+    wheres = ("", "on the same sequences moved up one row each (the first one last), ",
+              "on a bigger batch (one more sequence, two tokens longer than the longest), ")
+    for where, (batch, source) in zip(wheres, ((seqs, src), moved, bigger)):
         try:
             with torch.no_grad():
                 out = answer(model, source, [list(s) for s in batch])
