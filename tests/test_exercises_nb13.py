@@ -239,7 +239,7 @@ def test_13_4_accepts_a_product_built_with_numpy():
     (cache_keeping(lambda t, w, s: min(t, w) + s), "count each token once"),
     (cache_keeping(lambda t, w, s: min(t, w)), "sinks (the first tokens) are kept"),
     (cache_keeping(lambda t, w, s: w), "sinks (the first tokens) are kept"),
-    (cache_keeping(lambda t, w, s: min(t, w + s) + 1), "not the cache's size"),
+    (cache_keeping(lambda t, w, s: min(t, w + s) + 1), "not the bytes of the tokens held"),
 ])
 def test_13_4_rejects_typical_mistakes(wrong, says):
     verdict = check("13.4", wrong, quiet=True)
@@ -279,7 +279,7 @@ def test_13_4_with_a_measured_cache_accepts_the_formula(batch, dtype):
     (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) // 2, "keys AND values"),
     (lambda c, t, kv, b=4, **k: cache_right(c, t, c.num_heads, b, **k), "d_model = num_heads x head_dim"),
     (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) * c.num_heads, "head_dim"),
-    (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) + 1, "not the cache's size"),
+    (lambda c, t, kv, b=4, **k: cache_right(c, t, kv, b, **k) + 1, "not the bytes of the tokens held"),
 ])
 def test_13_4_with_a_measured_cache_names_it_first(wrong, says):
     """A wrong answer is caught on the cache the learner can inspect, and told so, without the cache's bytes."""
@@ -312,6 +312,49 @@ def test_13_4_names_both_causes_of_three_times_the_size():
         verdict = check("13.4", head_dim_from_kv, quiet=True, **kwargs)
         assert verdict.ok is False and "d_model = num_heads x head_dim" in verdict.message
         assert "head_dim = d_model / num_heads" in verdict.message
+
+
+def fixed_head_dim(c, t, kv, b=4, window=None, sinks=0, batch=1):   # SmolLM2's head_dim hard-coded
+    held = t if window is None else min(t, window + sinks)
+    return 2 * c.num_layers * batch * held * kv * 64 * b
+
+
+def test_13_4_names_a_fixed_head_dim_not_the_missing_x2():
+    """head_dim 64 hard-coded is right on SmolLM2 and half on the other model (head_dim 128): it used to be told
+    'the cache holds keys AND values (x 2)', which the answer has."""
+    for kwargs in ({}, {"config": SmolLM2Config(), "cache": filled_cache(SmolLM2Config(), 11)}):
+        verdict = check("13.4", fixed_head_dim, quiet=True, **kwargs)
+        assert verdict.ok is False and "not a fixed 64" in verdict.message
+        assert "keys AND values" not in verdict.message
+
+
+def reserved_tokens(c, t, kv, b=4, window=None, sinks=0, batch=1):   # max_len tokens: the room reserved
+    held = c.max_len if window is None else min(t, window + sinks)
+    return 2 * c.num_layers * batch * held * kv * (c.d_model // c.num_heads) * b
+
+
+def test_13_4_rejects_the_memory_reserved_without_a_cache():
+    """Every no-window case used to have 8,192 tokens (= max_len): an answer counting max_len tokens passed
+    check("13.4", f) alone. The cases with fewer tokens catch it, with a message that names it."""
+    verdict = check("13.4", reserved_tokens, quiet=True)
+    assert verdict.ok is False and "memory reserved for max_len" in verdict.message
+    assert "count the tokens held" in verdict.message
+
+
+def test_13_4_rejects_the_memory_reserved_on_the_given_cache():
+    config = SmolLM2Config()
+    verdict = check("13.4", reserved_tokens, config=config, cache=filled_cache(config, 11), quiet=True)
+    assert verdict.ok is False and "the given cache" in verdict.message
+    assert "memory reserved for max_len" in verdict.message
+
+
+def test_13_4_a_forgotten_x2_is_still_named():
+    """The new checks (reserved room, fixed head_dim) come before the halving test: a missing x2 keeps its message."""
+    def no_x2(c, t, kv, b=4, window=None, sinks=0, batch=1):
+        return cache_right(c, t, kv, b, window, sinks, batch) // 2
+    for kwargs in ({}, {"config": SmolLM2Config(), "cache": filled_cache(SmolLM2Config(), 11)}):
+        verdict = check("13.4", no_x2, quiet=True, **kwargs)
+        assert verdict.ok is False and "keys AND values" in verdict.message
 
 
 def test_13_4_rejects_the_configs_kv_heads_instead_of_the_argument():

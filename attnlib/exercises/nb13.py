@@ -1,5 +1,5 @@
-"""Checkers for notebook 13's exercises (RMSNorm, SwiGLU, undoing the GGUF permutation, the size of a KV cache
-with a batch, a window and sinks, removing a head through its weights). Each checker builds its own small inputs
+"""Checkers for notebook 13's exercises (RMSNorm, SwiGLU, undoing the GGUF permutation, the bytes a KV cache
+holds with a batch, a window and sinks, removing a head through its weights). Each checker builds its own small inputs
 and needs no model; 13.4's check cell in the notebook also passes section 4's filled cache and model.config, so it
 needs section 4 run first (the checker works without them)."""
 from __future__ import annotations
@@ -150,7 +150,8 @@ def unpermute(answer) -> tuple[bool, str]:
 
 def _cache_bytes(c, tokens: int, kv_heads: int, nbytes: int, window=None, sinks: int = 0, batch: int = 1,
                  held=None) -> int:
-    """The right size (``held``: the tokens each sequence keeps, when a check wants a wrong count instead)."""
+    """The right bytes of the tokens held (``held``: the tokens each sequence keeps, when a check wants a wrong count
+    instead)."""
     if held is None:
         held = tokens if window is None else min(tokens, window + sinks)
     return 2 * c.num_layers * batch * held * kv_heads * c.head_dim * nbytes
@@ -178,10 +179,12 @@ def kv_cache_bytes(answer, config=None, cache=None) -> tuple[bool, str]:
 
     smol = SmolLM2Config()
     # Another model: a real config with every field of model.config. Its max_len (8,192) is at least every case's
-    # tokens, so an answer that clamps tokens to config.max_len stays right.
+    # tokens, so an answer that clamps tokens to config.max_len stays right. Its head_dim is 128, not SmolLM2's 64.
+    # The cases of 1,000 and 3,000 tokens (fewer than max_len) tell the tokens held from the room reserved.
     big = dataclasses.replace(smol, vocab_size=128256, num_layers=32, num_heads=32, num_kv_heads=8, d_model=4096,
                               d_ff=14336, max_len=8192)
     cases = [  # config, tokens, kv_heads, bytes per number, window, sinks, batch, the bytes measured (or None)
+        (smol, 1000, 3, 4, None, 0, 1, None), (big, 3000, 8, 2, None, 0, 1, None),   # fewer tokens than max_len
         (smol, 8192, 3, 4, None, 0, 1, None), (smol, 8192, 9, 4, None, 0, 1, None), (big, 8192, 8, 2, None, 0, 1, None),
         (smol, 8192, 3, 4, None, 0, 4, None),                                   # a batch, no window
         (smol, 8192, 3, 2, 1020, 4, 8, None), (big, 4096, 8, 2, 2000, 0, 1, None),    # long contexts: the window is full
@@ -223,8 +226,15 @@ def kv_cache_bytes(answer, config=None, cache=None) -> tuple[bool, str]:
                 if held != min(tokens, window + sinks) and got == _cache_bytes(c, tokens, kv, nbytes, batch=batch,
                                                                                held=held):
                     return False, f"{where}: {message}"
+        if window is None and tokens != c.max_len and got == _cache_bytes(c, tokens, kv, nbytes, batch=batch,
+                                                                          held=c.max_len):
+            return False, (f"{where}: that is the memory reserved for max_len ({c.max_len:,}) tokens; count the "
+                           "tokens held")
+        if c.head_dim != 64 and got == right * 64 / c.head_dim:
+            return False, (f"{where} (head_dim {c.head_dim}): head_dim is d_model / num_heads of this config, not a "
+                           "fixed 64")
         if got == right / 2:
-            return False, f"half the right size {where}: the cache holds keys AND values (x 2)"
+            return False, f"half the right bytes {where}: the cache holds keys AND values (x 2)"
         if got == right * c.num_heads / kv:
             return False, (f"{where}: your count stores d_model = num_heads x head_dim numbers per token per layer "
                            "(for keys, and as many for values); a layer caches kv_heads x head_dim, with head_dim = "
@@ -240,7 +250,7 @@ def kv_cache_bytes(answer, config=None, cache=None) -> tuple[bool, str]:
             return False, f"{where}: give the answer in bytes, not MiB or GiB"
         if got == right * c.num_heads:
             return False, f"{where}: head_dim is d_model / num_heads (64 in SmolLM2), not d_model"
-        return False, (f"{where}: not the cache's size. Count what one layer stores for one token (and for which "
+        return False, (f"{where}: not the bytes of the tokens held. Count what one layer stores for one token (and for which "
                        "heads), how many tokens each sequence keeps, then layers, sequences and bytes; read every "
                        "size from config, nothing fixed")
     return True, ("2 x layers x sequences x tokens kept x kv_heads x head_dim x bytes per number; a window keeps "
