@@ -29,6 +29,16 @@ def row_of_minus_inf(x, y, width):  # the diagonal masked, and by mistake all of
     return scores.masked_fill(blocked, float("-inf")).softmax(dim=1) @ y
 
 
+def inverted_mask(x, y, width):  # masked_fill fills where the mask is True: ~eye leaves only the diagonal
+    scores = -((x[:, None] - x[None, :]) ** 2) / (2 * width**2)
+    return scores.masked_fill(~torch.eye(len(x), dtype=torch.bool), float("-inf")).softmax(dim=1) @ y
+
+
+def every_key_masked(x, y, width):
+    scores = -((x[:, None] - x[None, :]) ** 2) / (2 * width**2)
+    return scores.masked_fill(torch.ones(len(x), len(x), dtype=torch.bool), float("-inf")).softmax(dim=1) @ y
+
+
 @pytest.mark.parametrize("wrong, says", [
     (with_self, "sees itself"),
     (lambda x, y, w: right_loo(x, y, w**0.5), "squared"),
@@ -36,7 +46,10 @@ def row_of_minus_inf(x, y, width):  # the diagonal masked, and by mistake all of
     (lambda x, y, w: right_loo(x, y, w).fill_(float("nan")), "NaN"),
     (minus_inf_times_eye, "-inf times 0"),  # every off-diagonal score is -inf * 0 = NaN, no row is all -inf
     (row_of_minus_inf, "row of all -inf"),  # the first point's whole row masked: only its prediction is NaN
-    (lambda x, y, w: y.clone(), "differ"),
+    (lambda x, y, w: y.clone(), "sees only itself"),
+    (inverted_mask, "inverted"),  # only the diagonal left: each prediction is its own y
+    (every_key_masked, "every key is masked"),  # all NaN, and no -inf multiplied in
+    (lambda x, y, w: right_loo(x, y, w) + 0.1, "differ"),
 ])
 def test_41_rejects(wrong, says):
     verdict = check("4.1", wrong, quiet=True)
@@ -98,9 +111,8 @@ def right_masked_softmax(scores, mask):
 
 
 def where_version(scores, mask):  # another right answer: torch.where instead of multiplying by the mask
-    m = torch.where(mask, scores, torch.zeros_like(scores)).amax(-1, keepdim=True)
-    m = torch.maximum(m, torch.where(mask, scores, torch.full_like(scores, -3e38)).amax(-1, keepdim=True))
-    e = torch.where(mask, (scores - m).exp(), torch.zeros_like(scores))
+    m = torch.where(mask, scores, torch.full_like(scores, -3e38)).amax(-1, keepdim=True)  # the largest ALLOWED
+    e = torch.where(mask, (scores - m).exp(), torch.zeros_like(scores))  # an empty row's inf is never chosen
     s = e.sum(-1, keepdim=True)
     return e / torch.where(s > 0, s, torch.ones_like(s))
 
@@ -138,6 +150,22 @@ def max_of_masked_product(scores, mask):  # the max over scores * mask: 0 on an 
     return e / e.sum(-1, keepdim=True).clamp_min(1e-30)
 
 
+def max_with_masked_zeros(scores, mask):  # the max over scores * mask, exponent clamped: fine unless all allowed < 0
+    e = (scores - (scores * mask).amax(-1, keepdim=True)).clamp_max(0).exp() * mask
+    return e / e.sum(-1, keepdim=True).clamp_min(1e-30)
+
+
+def filled_zero_max(scores, mask):  # the same slip with masked_fill(~mask, 0)
+    e = (scores - scores.masked_fill(~mask, 0).amax(-1, keepdim=True)).clamp_max(0).exp() * mask
+    return e / e.sum(-1, keepdim=True).clamp_min(torch.finfo(scores.dtype).tiny)
+
+
+def max_over_all_float64(scores, mask):  # the max of ALL scores, in float64: survives a masked score only 200 above
+    s = scores.double()
+    e = (s - s.amax(-1, keepdim=True)).exp() * mask
+    return e / e.sum(-1, keepdim=True).clamp_min(torch.finfo(s.dtype).tiny)
+
+
 def large_negative_fill(scores, mask):  # masked keys filled with -1e4: an empty row comes out uniform
     s = scores.masked_fill(~mask, -1e4)
     e = (s - s.amax(-1, keepdim=True)).exp()
@@ -152,6 +180,9 @@ def same_shape_only(scores, mask):
 @pytest.mark.parametrize("wrong, says", [
     (no_max, "1000"),
     (max_over_all, "ALLOWED"),
+    (max_over_all_float64, "ALLOWED"),
+    (max_with_masked_zeros, "underflows"),
+    (filled_zero_max, "underflows"),
     (no_clamp, "clamp"),
     (no_clamp_max, "overflows to inf"),  # it clamps the row sum already: "clamp the sum" would be the wrong advice
     (max_of_masked_product, "overflows to inf"),

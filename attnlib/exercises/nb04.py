@@ -30,13 +30,16 @@ def leave_one_out_fn(answer) -> tuple[bool, str]:
         require(tensor_problem(got, (30,), what=f"loo_predictions(x, y, {width}) for 30 points"))
         got = got.detach().to(x.dtype)  # a float64 answer is as right as a float32 one
         if torch.isnan(got).all():  # every prediction: typically a -inf multiplied into the whole score matrix
-            return False, ("every prediction is NaN: -inf times 0 is NaN, so -inf must not be multiplied into the "
-                           "scores; put -inf on the diagonal only")
+            return False, ("every prediction is NaN: typically -inf was multiplied into the scores (-inf times 0 is "
+                           "NaN), or every key is masked; put -inf on the diagonal only")
         if torch.isnan(got).any():
             return False, "NaN in the predictions: a point's own score must drop out without leaving a row of all -inf"
         right = _loo_reference(x, y, width)
         if torch.allclose(got, right, atol=1e-5):
             continue
+        if torch.allclose(got, y, atol=1e-5):  # masked_fill(~eye, -inf): only the diagonal is left
+            return False, ("each point sees only itself, so each prediction is its own y: the mask is inverted "
+                           "(masked_fill fills where the mask is True)")
         scores = -((x[:, None] - x[None, :]) ** 2) / (2 * width**2)
         if torch.allclose(got, scores.softmax(dim=1) @ y, atol=1e-5):
             return False, "each point still sees itself (the key at its own x scores highest): mask the diagonal out"
@@ -145,7 +148,7 @@ def _reference_43(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 @checker("4.3")
 def stable_masked_softmax_fn(answer) -> tuple[bool, str]:
     """``answer(scores (..., Lk), mask) -> weights`` built from exp, max and sum (no softmax, no -inf):
-    safe for scores near 1000, for any score on a masked key, and zeros on a row with no allowed key."""
+    safe for scores near 1000 or -1000, for any score on a masked key, and zeros on a row with no allowed key."""
     require(callable_problem(answer, "a function masked_softmax(scores, mask)"))
     from ..attention import masked_softmax as library_masked_softmax  # what attnlib.masked_softmax is
 
@@ -159,7 +162,10 @@ def stable_masked_softmax_fn(answer) -> tuple[bool, str]:
     tries = {  # what -> (scores, mask); the last mask broadcasts over the queries, as a padding mask does
         "ordinary scores": (torch.randn(2, 4, 4, generator=g), mask),
         "scores near 1000": (1000 + 3 * torch.randn(2, 4, 4, generator=g), mask),
-        "a masked key with the largest score": (torch.randn(2, 4, 4, generator=g).masked_fill(~mask, 200.0), mask),
+        # a 0 left on a masked key sits above every allowed score here: a maximum that counts it underflows exp
+        "scores near -1000": (-1000 + 3 * torch.randn(2, 4, 4, generator=g), mask),
+        # 1e6 above the rest: exp(-1e6) is 0 even in float64, so subtracting the max of ALL scores shows
+        "a masked key with the largest score": (torch.randn(2, 4, 4, generator=g).masked_fill(~mask, 1e6), mask),
         "a (2, 1, 4) mask that broadcasts over the queries": (torch.randn(2, 4, 4, generator=g), padding),
     }
     for what, (scores, mask) in tries.items():
@@ -187,6 +193,10 @@ def stable_masked_softmax_fn(answer) -> tuple[bool, str]:
                                "below 0 on such a row too, or choose the values with torch.where instead of "
                                "multiplying by the mask")
             return False, "the row with no allowed key gives NaN (0 / 0): clamp the row sum away from 0"
+        if what == "scores near -1000" and not (got.sum(-1)[mask.any(-1)] > 0.5).all():  # NaN > 0.5 is False too
+            return False, ("for scores near -1000 the rows with allowed keys lose their weights: the maximum must be "
+                           "over the ALLOWED scores; a 0 on a masked key sits above scores that are all very "
+                           "negative, and every weight underflows to 0")
         if torch.isnan(got).any() or torch.isinf(got).any():
             if what == "scores near 1000":
                 return False, "scores near 1000 give NaN: exp(1000) overflows float32; subtract each row's largest score first"
@@ -200,4 +210,5 @@ def stable_masked_softmax_fn(answer) -> tuple[bool, str]:
                            "not the largest of all")
         if not torch.allclose(got, right, atol=1e-5):
             return False, f"for {what} the allowed keys' weights are not the softmax of their scores (over the last axis)"
-    return True, "masked keys get 0, an empty row gets zeros, and large scores (allowed or masked) do no harm"
+    return True, ("masked keys get 0, an empty row gets zeros, and scores near 1000 or -1000 (and any score on a "
+                  "masked key) do no harm")
